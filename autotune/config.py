@@ -1,0 +1,180 @@
+"""`TrainConfig`: every knob autotune may change, in sections, as DESIGN.md names them.
+
+Serialised as YAML with dotted keys grouped by section. Building a config checks each field
+and every cross-field rule, and reports all the errors at once. Checks that need the
+workload or the device (a micro-batch that does not divide the global batch, pinned memory
+without CUDA, ...) belong to the loop that applies the config (`autotune.loop`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ConfigError, UserError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DataConfig(_Section):
+    num_workers: int = Field(0, ge=0, description="DataLoader worker processes; 0 loads in the training process.")
+    prefetch_factor: int | None = Field(None, ge=1, description="Batches each worker keeps ready; only with workers > 0.")
+    pin_memory: bool = Field(False, description="Page-locked host buffers for faster, async copies (CUDA only).")
+    persistent_workers: bool = Field(False, description="Keep workers alive between epochs; only with workers > 0.")
+    non_blocking: bool = Field(False, description="Asynchronous host-to-device copies.")
+
+
+class PrecisionConfig(_Section):
+    amp: Literal["none", "bf16", "fp16"] = Field("none", description="Autocast dtype; fp16 adds a GradScaler.")
+    tf32: bool = Field(False, description="TF32 matmul/conv on CUDA (Ampere or newer).")
+
+
+class CompileConfig(_Section):
+    mode: Literal["none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = Field(
+        "none", description="torch.compile mode; 'none' runs eagerly."
+    )
+
+
+class MemoryConfig(_Section):
+    micro_batch_size: int | None = Field(None, ge=1, description="Gradient accumulation over global/micro steps; null = one pass.")
+    activation_checkpointing: bool = Field(False, description="Recompute the hinted blocks' activations in backward.")
+
+
+class LayoutConfig(_Section):
+    channels_last: bool = Field(False, description="Model and 4-D inputs in channels_last memory format.")
+
+
+class OptimizerConfig(_Section):
+    impl: Literal["default", "foreach", "fused"] = Field("default", description="Optimizer implementation flag.")
+
+
+class BackendConfig(_Section):
+    cudnn_benchmark: bool = Field(False, description="cuDNN autotuner for convolutions (CUDA).")
+    num_threads: int | None = Field(None, ge=1, description="Intra-op CPU threads of the training process; null = torch's default.")
+
+
+class TrainConfig(_Section):
+    """Every knob, by section. `TrainConfig()` is what a plain training loop does."""
+
+    data: DataConfig = Field(default_factory=DataConfig)
+    precision: PrecisionConfig = Field(default_factory=PrecisionConfig)
+    compile: CompileConfig = Field(default_factory=CompileConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    layout: LayoutConfig = Field(default_factory=LayoutConfig)
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    backend: BackendConfig = Field(default_factory=BackendConfig)
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> TrainConfig:
+        errors = []
+        if self.data.num_workers == 0:
+            if self.data.prefetch_factor is not None:
+                errors.append("data.prefetch_factor needs data.num_workers > 0 (set it to null, or add workers)")
+            if self.data.persistent_workers:
+                errors.append("data.persistent_workers needs data.num_workers > 0 (set it to false, or add workers)")
+        if errors:
+            raise ValueError("; ".join(errors))
+        return self
+
+    # --- dotted-key access -------------------------------------------------------------
+    def flat(self) -> dict[str, Any]:
+        """`{"data.num_workers": 0, ...}` for every key."""
+        return {f"{s}.{k}": v for s, section in self.model_dump().items() for k, v in section.items()}
+
+    def get(self, key: str) -> Any:
+        section, _, name = key.partition(".")
+        return getattr(getattr(self, section), name)
+
+    def with_changes(self, changes: dict[str, Any]) -> TrainConfig:
+        """A new, validated config with the dotted keys changed."""
+        return from_flat({**self.flat(), **changes}, source="changed config")
+
+    def diff(self, other: TrainConfig) -> dict[str, list[Any]]:
+        """`{key: [self's value, other's value]}` for the keys that differ."""
+        a, b = self.flat(), other.flat()
+        return {k: [a[k], b[k]] for k in a if a[k] != b[k]}
+
+    def short(self) -> str:
+        """The non-default keys as `key=value`, for tables and logs."""
+        changed = TrainConfig().diff(self)
+        return ", ".join(f"{k}={v[1]}" for k, v in changed.items()) or "defaults"
+
+
+KEYS = tuple(TrainConfig().flat())
+
+
+def _pydantic_errors(exc: ValidationError) -> list[str]:
+    out = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown key (known keys: {', '.join(KEYS)})"
+        for part in msg.split("; "):
+            out.append(f"{loc}: {part}" if loc else part)
+    return out
+
+
+def from_dict(data: dict[str, Any], source: str = "config") -> TrainConfig:
+    """Build from nested sections (`{"data": {"num_workers": 2}}`) or dotted keys."""
+    if not isinstance(data, dict):
+        raise ConfigError([f"expected a mapping of sections, got {type(data).__name__}"], source)
+    if any("." in str(k) for k in data):
+        return from_flat(data, source)
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_pydantic_errors(exc), source) from None
+
+
+def from_flat(flat: dict[str, Any], source: str = "config") -> TrainConfig:
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        section, _, name = str(key).partition(".")
+        if not name:
+            nested[section] = value
+        else:
+            nested.setdefault(section, {})[name] = value
+    return from_dict(nested, source)
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    """Read a `tuned.yaml` (or JSON) file into a validated `TrainConfig`."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"config file {str(p)!r} does not exist: give the path of a tuned.yaml written by `autotune tune`.")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"config file {str(p)!r} is not valid YAML: {exc}") from None
+    return from_dict(data, source=f"config file {str(p)!r}")
+
+
+def to_yaml(config: TrainConfig, comments: dict[str, str] | None = None) -> str:
+    """YAML by section; `comments[key]` is written after that key's value."""
+    comments = comments or {}
+    lines = []
+    for section, values in config.model_dump().items():
+        lines.append(f"{section}:")
+        for key, value in values.items():
+            text = json.dumps(value) if not isinstance(value, str) else value
+            text = "null" if value is None else text
+            note = comments.get(f"{section}.{key}")
+            lines.append(f"  {key}: {text}" + (f"  # {note}" if note else ""))
+    return "\n".join(lines) + "\n"
+
+
+def save_config(config: TrainConfig, path: str | Path, comments: dict[str, str] | None = None) -> None:
+    from .atomic import write_text
+
+    write_text(Path(path), to_yaml(config, comments))
+
+
+def json_schema() -> dict[str, Any]:
+    return TrainConfig.model_json_schema()

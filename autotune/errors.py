@@ -1,0 +1,57 @@
+"""Errors a user can cause, kept apart from autotune's own failures.
+
+`UserError` is a mistake in the input (a path, a flag, a config): the CLI prints its
+message as one paragraph and exits with code 2. `UserCodeError` wraps an exception raised
+inside the user's own workload code: the CLI shows their traceback, trimmed to their frames.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+_OUR_ROOT = str(Path(__file__).resolve().parent)
+
+
+class UserError(Exception):
+    """Bad input: the message names the input, what was wrong, and what to do instead."""
+
+
+class ConfigError(UserError):
+    """A TrainConfig that cannot be built or cannot be applied to this workload/device."""
+
+    def __init__(self, errors: list[str], source: str = "config") -> None:
+        self.errors = list(errors)
+        self.source = source
+        lines = "\n".join(f"  - {e}" for e in self.errors)
+        super().__init__(f"{source} is invalid ({len(self.errors)} error(s)):\n{lines}")
+
+
+class UserCodeError(Exception):
+    """An exception raised inside the user's workload code (model, dataset, loss, ...)."""
+
+    def __init__(self, where: str, exc: BaseException) -> None:
+        self.where = where
+        self.exc = exc
+        super().__init__(f"{where} raised {type(exc).__name__}: {exc}")
+
+    def user_traceback(self) -> str:
+        """The traceback of the original exception, with autotune's and torch's frames dropped."""
+        frames = [
+            f
+            for f in traceback.extract_tb(self.exc.__traceback__)
+            if not f.filename.startswith(_OUR_ROOT) and "/torch/" not in f.filename
+        ]
+        text = "".join(traceback.format_list(frames))
+        tail = "".join(traceback.format_exception_only(type(self.exc), self.exc))
+        return f"Traceback (your code, autotune and torch frames omitted):\n{text}{tail}"
+
+
+def call_user(where: str, fn, *args, **kwargs):
+    """Call user code; anything it raises becomes a `UserCodeError` naming `where`."""
+    try:
+        return fn(*args, **kwargs)
+    except (UserError, UserCodeError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure in user code is theirs to see
+        raise UserCodeError(where, exc) from exc

@@ -1,0 +1,220 @@
+"""One measurement protocol, applied identically to every config in a run.
+
+A window is: a fresh data-loader iterator, warm-up steps, then measured steps, so two
+configs measured in turns (A B A B ...) never inherit each other's prefetched batches.
+Throughput is samples over a window's wall time (per-step times come in bursts with a
+prefetching loader). A loader that holds `k` batches ready gets `k` more warm-up steps
+and a window of at least `4k` steps: a short window would crown the deepest buffer.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from . import signals
+from .clock import STAGES, clock_for
+from .config import TrainConfig
+from .errors import call_user
+from .loop import Trainer
+from .workload import Workload
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The same for every measurement in a run.
+
+    Attributes:
+        warmup_steps: Unmeasured steps at the start of every window.
+        steps: Measured steps per window (at least; see `plan`).
+        windows: Measured windows per config.
+        seed: Model init and data order.
+        profile_steps: Steps under `torch.profiler` for signals and peak memory.
+    """
+
+    warmup_steps: int = 3
+    steps: int = 12
+    windows: int = 5
+    seed: int = 0
+    profile_steps: int = 3
+
+    def plan(self, in_flight: int) -> tuple[int, int]:
+        """(warm-up, measured) steps of one window for a loader holding `in_flight` batches."""
+        return self.warmup_steps + in_flight, max(self.steps, 4 * in_flight)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "window_rule": "each window: fresh loader iterator, warmup_steps + in_flight warm-up steps, "
+            "then max(steps, 4 * in_flight) measured steps; in_flight = num_workers * prefetch_factor",
+            "throughput": "samples / wall time of each window; the run's figure is total samples / total time",
+        }
+
+
+@dataclass
+class Window:
+    samples: int
+    wall_s: float
+    steps: list[dict[str, float]]
+    losses: list[float]
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.wall_s if self.wall_s > 0 else 0.0
+
+
+@dataclass
+class Measurement:
+    """Everything measured of one config under the protocol."""
+
+    config: dict[str, Any]
+    windows: list[Window] = field(default_factory=list)
+    one_time: dict[str, float] = field(default_factory=dict)
+    signals: dict[str, Any] = field(default_factory=dict)
+    peak_memory_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+    first_losses: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        steps = [s for w in self.windows for s in w.steps]
+        times = sorted(s["step"] for s in steps)
+        n = max(1, len(steps))
+        thr = [w.samples_per_s for w in self.windows]
+        total_s = sum(w.wall_s for w in self.windows)
+        stage_s = {k: sum(s[k] for s in steps) / n for k in STAGES}
+        step_mean = sum(stage_s.values())
+        return {
+            "config": self.config,
+            "step_time_s": {
+                "median": statistics.median(times) if times else None,
+                "p90": times[min(len(times) - 1, int(0.9 * len(times)))] if times else None,
+                "mean": step_mean,
+            },
+            "samples_per_s": sum(w.samples for w in self.windows) / total_s if total_s else 0.0,
+            "windows_samples_per_s": thr,
+            "window_cv": statistics.pstdev(thr) / statistics.mean(thr) if len(thr) > 1 and statistics.mean(thr) else 0.0,
+            "stages": {k: {"s": v, "share": v / step_mean if step_mean else 0.0} for k, v in stage_s.items()},
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "one_time": self.one_time,
+            "signals": self.signals,
+            "measured_steps": len(steps),
+            "first_losses": self.first_losses,
+        }
+
+
+class Session:
+    """A built trainer that runs protocol windows on demand (so two can take turns)."""
+
+    def __init__(self, workload: Workload, config: TrainConfig, device: torch.device, protocol: Protocol) -> None:
+        self.protocol, self.device = protocol, device
+        t0 = time.perf_counter()
+        self.trainer = Trainer(workload, config, device, seed=protocol.seed)
+        self.result = Measurement(config=config.flat())
+        self.result.one_time["setup_s"] = time.perf_counter() - t0
+        self._first = True
+        self._stream = None
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def _next(self):
+        return call_user("the workload's dataset or collate_fn", next, self._stream)
+
+    def _open_stream(self) -> None:
+        t0 = time.perf_counter()
+        self._stream = self.trainer.batches()
+        self._pending = self._next()
+        self.result.one_time.setdefault("loader_first_batch_s", time.perf_counter() - t0)
+
+    def _close_stream(self) -> None:
+        self._stream.close()  # shuts down this iterator's workers (unless persistent)
+        self._stream = None
+
+    def _batch(self):
+        b, self._pending = self._pending, None
+        return b if b is not None else self._next()
+
+    def window(self) -> Window:
+        """One protocol window: fresh iterator, warm-up, measured steps."""
+        warmup, steps = self.protocol.plan(self.trainer.in_flight)
+        torch.set_num_threads(self.trainer.threads)  # another session may share this process
+        self._open_stream()
+        losses = []
+        if self._first:
+            t0 = time.perf_counter()
+            losses.append(self.trainer.step(self._batch()))
+            self._sync()
+            self.result.one_time["first_step_s"] = time.perf_counter() - t0
+            warmup -= 1
+            self._first = False
+        for _ in range(max(0, warmup)):
+            losses.append(self.trainer.step(self._batch()))
+        self._sync()
+        clock = clock_for(self.device)
+        t_start = time.perf_counter()
+        for _ in range(steps):
+            clock.start_step()
+            b = self._batch()
+            clock.mark("data")
+            losses.append(self.trainer.step(b, clock))
+        t_end = clock.end_window()
+        self._close_stream()
+        values = [float(x) for x in losses]
+        if not self.result.first_losses:
+            self.result.first_losses = values
+        w = Window(samples=steps * self.trainer.workload.batch_size, wall_s=t_end - t_start, steps=clock.resolve(), losses=values[-steps:])
+        self.result.windows.append(w)
+        return w
+
+    def profile(self, trace_path: str | None = None) -> dict[str, Any]:
+        """A short profiled run after the windows: diagnosis signals and peak memory."""
+        self._open_stream()
+        for _ in range(self.protocol.warmup_steps):
+            self.trainer.step(self._batch())
+
+        def run(n: int) -> float:
+            self._sync()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                with torch.profiler.record_function("autotune::data"):
+                    b = self._batch()
+                self.trainer.step(b)
+            self._sync()
+            return time.perf_counter() - t0
+
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        self.trainer.annotate = True
+        try:
+            sig = signals.collect(run, self.protocol.profile_steps, self.device, trace_path)
+        finally:
+            self.trainer.annotate = False
+            self._close_stream()
+        if self.device.type == "cuda":
+            self.result.peak_memory_bytes = int(torch.cuda.max_memory_allocated())
+        else:
+            self.result.peak_memory_bytes = sig["peak_profiled_alloc_bytes"] + signals.persistent_bytes(
+                self.trainer.model, self.trainer.optimizer
+            )
+        self.result.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        self.result.signals = sig
+        return sig
+
+
+def measure(workload: Workload, config: TrainConfig, device: torch.device, protocol: Protocol,
+            trace_path: str | None = None, on_window=None) -> Measurement:
+    """All windows of one config in this process, then the profiled run."""
+    session = Session(workload, config, device, protocol)
+    for i in range(protocol.windows):
+        w = session.window()
+        if on_window:
+            on_window(i, w)
+    session.profile(trace_path)
+    return session.result

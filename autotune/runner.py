@@ -1,0 +1,194 @@
+"""Run measurements in a fresh process per config (default) or in this process.
+
+Both give a `Handle` with the same four calls, so the agent never knows which it has.
+In a worker process a crash, a hang past the timeout, or an out-of-memory error fails
+that trial with its reason; the parent goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any
+
+import torch
+
+from .config import TrainConfig
+from .errors import UserCodeError, UserError
+from .measure import Protocol, Session
+from .workload import Workload
+
+
+class TrialFailed(Exception):
+    """A measurement that could not finish: `kind` is oom, crash, timeout, user or user_code."""
+
+    def __init__(self, kind: str, reason: str, detail: str = "") -> None:
+        self.kind, self.reason, self.detail = kind, reason, detail
+        super().__init__(f"{kind}: {reason}")
+
+
+def classify(exc: BaseException) -> TrialFailed:
+    inner = exc.exc if isinstance(exc, UserCodeError) else exc
+    if isinstance(inner, torch.OutOfMemoryError) or "out of memory" in str(inner).lower():
+        kind = "oom"
+    elif isinstance(exc, UserError):
+        kind = "user"
+    elif isinstance(exc, UserCodeError):
+        kind = "user_code"
+    else:
+        kind = "crash"
+    detail = exc.user_traceback() if isinstance(exc, UserCodeError) else traceback.format_exc(limit=-3)
+    return TrialFailed(kind, f"{type(inner).__name__}: {inner}", detail)
+
+
+class InProcessHandle:
+    def __init__(self, workload: Workload, config: TrainConfig, device: torch.device, protocol: Protocol) -> None:
+        self.session = self._call(Session, workload, config, device, protocol)
+
+    @staticmethod
+    def _call(fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a trial's failure is data
+            raise classify(exc) from exc
+
+    def window(self) -> float:
+        return self._call(self.session.window).samples_per_s
+
+    def profile(self, trace: str | None = None) -> None:
+        self._call(self.session.profile, trace)
+
+    def summary(self) -> dict[str, Any]:
+        return self.session.result.summary()
+
+    def close(self) -> None:
+        self.session = None
+
+
+class WorkerHandle:
+    """A `python -m autotune.worker` process holding one session."""
+
+    def __init__(self, target: str, config: TrainConfig, device: torch.device, protocol: Protocol, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.err = tempfile.TemporaryFile()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "autotune.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.err, env=env, start_new_session=True,
+        )
+        proto = {k: getattr(protocol, k) for k in ("warmup_steps", "steps", "windows", "seed", "profile_steps")}
+        self._ask({"cmd": "open", "target": target, "config": config.model_dump(), "device": device.type, "protocol": proto},
+                  timeout_s + 60)  # start-up includes importing torch and the workload
+
+    def _stderr_tail(self, n: int = 1500) -> str:
+        self.err.seek(0)
+        return self.err.read().decode(errors="replace")[-n:]
+
+    def _kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+    def _ask(self, cmd: dict, timeout_s: float | None = None) -> dict:
+        timeout_s = timeout_s or self.timeout_s
+        try:
+            self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        if not ready:
+            self._kill()
+            raise TrialFailed("timeout", f"no answer to {cmd['cmd']!r} within {timeout_s:.0f} s; the process was killed")
+        line = self.proc.stdout.readline()
+        if not line:
+            code = self.proc.wait()
+            what = f"killed by signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"exited with code {code}"
+            kind = "oom" if code == -signal.SIGKILL else "crash"
+            raise TrialFailed(kind, f"the trial process {what}", self._stderr_tail())
+        reply = json.loads(line)
+        if not reply.get("ok"):
+            raise TrialFailed(reply["kind"], reply["error"], reply.get("traceback", ""))
+        return reply
+
+    def window(self) -> float:
+        return self._ask({"cmd": "window"})["samples_per_s"]
+
+    def profile(self, trace: str | None = None) -> None:
+        self._ask({"cmd": "profile", "trace": trace})
+
+    def summary(self) -> dict[str, Any]:
+        return self._ask({"cmd": "summary"})["summary"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (subprocess.TimeoutExpired, BrokenPipeError):
+                self._kill()
+        self.err.close()
+
+
+class Runner:
+    """Opens handles for configs of one workload, isolated in processes or not."""
+
+    def __init__(self, workload: Workload, target: str | None, device: torch.device, protocol: Protocol,
+                 isolate: bool = True, timeout_s: float = 300.0) -> None:
+        if isolate and not target:
+            raise ValueError("isolated trials need a target string to load in the worker")
+        self.workload, self.target, self.device, self.protocol = workload, target, device, protocol
+        self.isolate, self.timeout_s = isolate, timeout_s
+
+    def open(self, config: TrainConfig):
+        if self.isolate:
+            return WorkerHandle(self.target, config, self.device, self.protocol, self.timeout_s)
+        return InProcessHandle(self.workload, config, self.device, self.protocol)
+
+    def measure(self, config: TrainConfig, trace: str | None = None, on_window=None) -> dict[str, Any]:
+        """Every window of one config, then the profiled run; the summary."""
+        t0 = time.perf_counter()
+        h = self.open(config)
+        try:
+            for i in range(self.protocol.windows):
+                thr = h.window()
+                if on_window:
+                    on_window(i, thr)
+            h.profile(trace)
+            out = h.summary()
+        finally:
+            h.close()
+        out["wall_s"] = time.perf_counter() - t0
+        return out
+
+    def interleave(self, a: TrainConfig, b: TrainConfig, pairs: int, on_pair=None) -> tuple[list[float], list[float]]:
+        """Windows of A and B in turns (A B B A A B ...), so drift hits both alike."""
+        ha = self.open(a)
+        try:
+            hb = self.open(b)
+            try:
+                xs, ys = [], []
+                for i in range(pairs):
+                    if i % 2 == 0:
+                        xs.append(ha.window()), ys.append(hb.window())
+                    else:
+                        ys.append(hb.window()), xs.append(ha.window())
+                    if on_pair:
+                        on_pair(i, xs[-1], ys[-1])
+                return xs, ys
+            finally:
+                hb.close()
+        finally:
+            ha.close()

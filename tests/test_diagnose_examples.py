@@ -1,0 +1,28 @@
+"""`autotune profile`'s diagnosis names every planted bottleneck, on small versions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune import Protocol, TrainConfig, diagnose, load_workload, measure
+
+CASES = [
+    ("input_bound", "input", None),
+    ("decode_bound", "input", None),
+    ("overhead_bound", "launch", None),
+    ("compute_bound", "compute", None),
+    ("memory_bound", "memory", 16 * 2**20),
+    ("sync_bound", "sync", None),
+]
+
+
+@pytest.mark.parametrize("name,expected,limit", CASES)
+def test_planted_bottleneck_is_diagnosed(example, name, expected, limit):
+    wl = load_workload(example(name))
+    m = measure(wl, TrainConfig(), torch.device("cpu"), Protocol(windows=2, steps=8, warmup_steps=2))
+    s = m.summary()
+    v = diagnose(s, "cpu", limit)
+    assert v.bottleneck.value == expected, (v.reason, v.evidence)
+    assert abs(sum(x["s"] for x in s["stages"].values()) - s["step_time_s"]["mean"]) < 1e-9
+    assert s["measured_steps"] == 16 and s["peak_memory_bytes"] > 0
