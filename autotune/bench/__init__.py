@@ -1,0 +1,1 @@
+"""Benchmarks: autotune measured against ground truth and against bare loops (not run by default tests)."""
