@@ -135,9 +135,9 @@ def train(args) -> int:
 
 
 def tune(args) -> int:
-    from .agent import run_from_args
+    from .tune_cmd import tune as run
 
-    return run_from_args(args)
+    return run(args)
 
 
 def report(args) -> int:

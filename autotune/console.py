@@ -59,3 +59,33 @@ def recipe_table(recipes, device: str | None = None, facts: dict | None = None, 
         t.add_row(str(r.cost), r.name, ", ".join(b.value for b in r.targets), "\n".join(k.key for k in r.knobs),
                   ("yes" if ok else f"no: {why}") if device else ", ".join(r.devices), r.summary)
     return t
+
+
+def print_tune_summary(report: dict[str, Any], out) -> None:
+    c = console
+    base, final = report.get("baseline") or {}, report.get("final") or {}
+    sp = report.get("speedup") or {}
+    c.print(f"\n[bold]{report.get('workload')}[/] on {report.get('device')}: "
+            f"baseline {base.get('samples_per_s', 0):.1f} samples/s -> final {final.get('samples_per_s', 0):.1f} samples/s")
+    if sp.get("ratio"):
+        c.print(f"speedup (final vs baseline, interleaved): [bold green]{sp['ratio']:.2f}x[/] [{sp['low']:.2f}, {sp['high']:.2f}]")
+    noise = report.get("noise")
+    if noise:
+        c.print(f"noise (A/A): {noise['ratio']:.3f} [{noise['low']:.3f}, {noise['high']:.3f}]; a change must clear {noise['margin']:.3f}x")
+    t = Table(title="Recommendations, ranked by measured gain", title_justify="left")
+    for col in ("recipe", "changes", "speedup", "95% CI", "memory", "verdict"):
+        t.add_column(col, overflow="fold")
+    for r in report.get("recommendations", []):
+        ch = ", ".join(f"{k}: {v[0]} -> {v[1]}" for k, v in r["changes"].items()) or "-"
+        ci = f"[{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if r.get("ci") and r["ci"][0] is not None else "-"
+        spd = f"{r['speedup']:.2f}x" if r.get("speedup") else "-"
+        t.add_row(r["recipe"], ch, spd, ci, format_bytes(r.get("memory_delta_bytes")),
+                  "[green]accepted[/]" if r["accepted"] else f"rejected: {r.get('reason')}")
+    c.print(t)
+    d = report.get("diagnosis") or {}
+    c.print(f"final diagnosis: {d.get('bottleneck')} ({d.get('reason')})")
+    c.print(f"stopped: {report.get('stop_reason')}")
+    b = report.get("budget") or {}
+    if b:
+        c.print(f"trials used {b['trials_used']} of {b['trials_limit']}, wall {b['wall_s']:.0f} s")
+    c.print(f"wrote {out}/tuned.yaml, report.json, report.md, report.html")

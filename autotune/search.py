@@ -1,0 +1,144 @@
+"""One recipe's Optuna study: the incumbent enqueued first, then the recipe's knobs.
+
+Every trial is measured under the run's protocol (by the `Runner`) and stored with its
+summary as a user attribute, so an interrupted run resumes without re-measuring, and
+`autotune report` can rebuild everything from storage. Infeasible trials (over the memory
+limit, out of memory, crashed, hung, loss diverged) are pruned with their reason and are
+never chosen.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import optuna
+
+from .config import TrainConfig
+from .errors import ConfigError
+from .runner import Runner, TrialFailed
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+# A trial's mean loss over the first measured steps may differ from the baseline's by at
+# most this fraction (AMP and compilation change rounding, not the trajectory).
+LOSS_TOLERANCE = 0.25
+
+
+def normalized(config: TrainConfig, changes: dict[str, Any]) -> TrainConfig:
+    """The config with `changes`, dropping settings that mean nothing in the result
+    (prefetch depth or persistent workers without workers) instead of failing on them."""
+    flat = {**config.flat(), **changes}
+    if not flat["data.num_workers"]:
+        flat["data.prefetch_factor"], flat["data.persistent_workers"] = None, False
+    return TrainConfig().with_changes(flat)
+
+
+def loss_diverged(losses: list[float], reference: list[float]) -> str | None:
+    if any(not math.isfinite(x) for x in losses):
+        return "loss is not finite (NaN or inf)"
+    n = min(len(losses), len(reference))
+    if n == 0:
+        return None
+    a, b = sum(losses[:n]) / n, sum(reference[:n]) / n
+    if abs(a - b) > LOSS_TOLERANCE * max(abs(b), 1e-8):
+        return f"mean loss over the first {n} steps is {a:.4g}, baseline {b:.4g} (tolerance {LOSS_TOLERANCE:.0%})"
+    return None
+
+
+@dataclass
+class Constraints:
+    memory_limit: int | None
+    reference_losses: list[float]
+
+    def check(self, summary: dict[str, Any]) -> str | None:
+        peak = summary.get("peak_memory_bytes")
+        if self.memory_limit and peak is not None and peak > self.memory_limit:
+            return f"peak memory {peak} B exceeds the limit {self.memory_limit} B"
+        return loss_diverged(summary.get("first_losses", []), self.reference_losses)
+
+
+def trial_record(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    s = t.user_attrs.get("summary") or {}
+    return {
+        "number": t.number,
+        "changes": t.user_attrs.get("changes", {}),
+        "samples_per_s": t.value if t.state == optuna.trial.TrialState.COMPLETE else None,
+        "state": t.user_attrs.get("state", "ok" if t.state == optuna.trial.TrialState.COMPLETE else "failed"),
+        "reason": t.user_attrs.get("reason"),
+        "peak_memory_bytes": s.get("peak_memory_bytes"),
+        "config": t.user_attrs.get("config"),
+    }
+
+
+class RecipeSearch:
+    """Search one recipe's space from the incumbent; `run` returns the stored study."""
+
+    def __init__(self, storage, name: str, space: dict[str, list[Any]], incumbent: TrainConfig,
+                 runner: Runner, constraints: Constraints, seed: int) -> None:
+        self.space = {k: list(dict.fromkeys([incumbent.get(k), *v])) for k, v in space.items()}
+        self.incumbent, self.runner, self.constraints = incumbent, runner, constraints
+        grid = math.prod(len(v) for v in self.space.values())
+        sampler = (optuna.samplers.GridSampler(self.space, seed=seed) if grid <= 12
+                   else optuna.samplers.TPESampler(seed=seed, n_startup_trials=4))
+        self.study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
+                                         sampler=sampler, load_if_exists=True)
+        self.grid = grid
+        if not self.study.trials:
+            self.study.enqueue_trial({k: incumbent.get(k) for k in self.space})
+
+    def finished(self) -> list[optuna.trial.FrozenTrial]:
+        done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        return [t for t in self.study.trials if t.state in done]
+
+    def _objective(self, trial: optuna.Trial) -> float:
+        params = {k: trial.suggest_categorical(k, v) for k, v in self.space.items()}
+        try:
+            config = normalized(self.incumbent, params)
+        except ConfigError as exc:
+            trial.set_user_attr("state", "infeasible")
+            trial.set_user_attr("reason", "invalid combination: " + "; ".join(exc.errors))
+            raise optuna.TrialPruned() from None
+        trial.set_user_attr("config", config.flat())
+        trial.set_user_attr("changes", self.incumbent.diff(config))
+        for t in self.finished():  # the same config again (normalisation, TPE repeats): reuse it
+            if t.user_attrs.get("config") == config.flat() and t.number != trial.number:
+                for k in ("state", "reason", "summary"):
+                    if k in t.user_attrs:
+                        trial.set_user_attr(k, t.user_attrs[k])
+                trial.set_user_attr("reused_from", t.number)
+                if t.state == optuna.trial.TrialState.PRUNED:
+                    raise optuna.TrialPruned()
+                return t.value
+        try:
+            summary = self.runner.measure(config)
+        except TrialFailed as exc:
+            trial.set_user_attr("state", "failed" if exc.kind not in ("oom",) else "infeasible")
+            trial.set_user_attr("reason", f"{exc.kind}: {exc.reason}")
+            raise optuna.TrialPruned() from None
+        trial.set_user_attr("summary", summary)
+        problem = self.constraints.check(summary)
+        if problem:
+            trial.set_user_attr("state", "infeasible")
+            trial.set_user_attr("reason", problem)
+            raise optuna.TrialPruned()
+        trial.set_user_attr("state", "ok")
+        return summary["samples_per_s"]
+
+    def run(self, n_trials: int, deadline: float | None, on_trial: Callable | None = None) -> int:
+        """Run until `n_trials` are finished (resumed ones count); returns how many ran now."""
+        ran = 0
+        while len(self.finished()) < min(n_trials, self.grid):
+            if deadline is not None and time.time() >= deadline:
+                break
+            self.study.optimize(self._objective, n_trials=1, catch=())
+            ran += 1
+            if on_trial:
+                on_trial(self.study.trials[-1])
+        return ran
+
+    def best(self) -> optuna.trial.FrozenTrial | None:
+        ok = [t for t in self.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        return max(ok, key=lambda t: t.value) if ok else None
