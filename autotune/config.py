@@ -59,6 +59,18 @@ class BackendConfig(_Section):
     num_threads: int | None = Field(None, ge=1, description="Intra-op CPU threads of the training process; null = torch's default.")
 
 
+def cross_field_errors(nested: dict[str, Any]) -> list[str]:
+    """Rules between keys, on raw sections too, so they are reported beside field errors."""
+    data = nested.get("data") if isinstance(nested.get("data"), dict) else {}
+    errors = []
+    if data.get("num_workers", 0) == 0:
+        if data.get("prefetch_factor") is not None:
+            errors.append("data.prefetch_factor needs data.num_workers > 0 (set it to null, or add workers)")
+        if data.get("persistent_workers"):
+            errors.append("data.persistent_workers needs data.num_workers > 0 (set it to false, or add workers)")
+    return errors
+
+
 class TrainConfig(_Section):
     """Every knob, by section. `TrainConfig()` is what a plain training loop does."""
 
@@ -72,12 +84,7 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_field(self) -> TrainConfig:
-        errors = []
-        if self.data.num_workers == 0:
-            if self.data.prefetch_factor is not None:
-                errors.append("data.prefetch_factor needs data.num_workers > 0 (set it to null, or add workers)")
-            if self.data.persistent_workers:
-                errors.append("data.persistent_workers needs data.num_workers > 0 (set it to false, or add workers)")
+        errors = cross_field_errors(self.model_dump())
         if errors:
             raise ValueError("; ".join(errors))
         return self
@@ -130,7 +137,10 @@ def from_dict(data: dict[str, Any], source: str = "config") -> TrainConfig:
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_pydantic_errors(exc), source) from None
+        errors = _pydantic_errors(exc)
+        # Pydantic skips the cross-field validator when a field fails: add its errors here.
+        errors += [e for e in cross_field_errors(data) if e not in errors]
+        raise ConfigError(errors, source) from None
 
 
 def from_flat(flat: dict[str, Any], source: str = "config") -> TrainConfig:

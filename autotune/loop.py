@@ -148,20 +148,22 @@ class Trainer:
 
     def _make_loader(self) -> DataLoader:
         d = self.config.data
-        generator = torch.Generator().manual_seed(self.seed)
+        # The shuffle has a generator of its own: the DataLoader's also seeds workers (once
+        # per iterator), which would shift later epochs' order with persistent workers.
+        iterable = isinstance(self.dataset, torch.utils.data.IterableDataset)
+        sampler = None if iterable else torch.utils.data.RandomSampler(
+            self.dataset, generator=torch.Generator().manual_seed(self.seed))
         kwargs: dict[str, Any] = dict(
             batch_size=self.workload.batch_size,
-            shuffle=True,
+            sampler=sampler,
             drop_last=True,
-            generator=generator,
+            generator=torch.Generator().manual_seed(self.seed + 1),
             num_workers=d.num_workers,
             pin_memory=d.pin_memory,
             collate_fn=self.workload.collate_fn,
         )
         if d.num_workers > 0:
             kwargs.update(prefetch_factor=d.prefetch_factor or 2, persistent_workers=d.persistent_workers)
-        if isinstance(self.dataset, torch.utils.data.IterableDataset):
-            kwargs.pop("shuffle"), kwargs.pop("generator")
         return DataLoader(self.dataset, **kwargs)
 
     @property

@@ -31,6 +31,12 @@ def paired_ratio(a: list[float], b: list[float]) -> dict[str, float]:
 
 
 def noise_margin(aa: dict[str, float], min_gain: float) -> float:
-    """The ratio a change must clear: the A/A interval's reach from 1, or `min_gain`."""
-    reach = max(abs(math.log(aa["low"])), abs(math.log(aa["high"]))) if aa["pairs"] > 1 else 0.0
-    return math.exp(max(reach, math.log1p(min_gain)))
+    """The ratio a change's interval must clear: what "no change" measured as (the A/A
+    ratio's distance from 1, in either direction), and never less than `1 + min_gain`.
+
+    The candidate's own interval already carries its window-to-window spread; the A/A
+    ratio adds what two identical configs differ by on this machine (process placement,
+    drift), which an interval from one comparison cannot see.
+    """
+    bias = abs(math.log(aa["ratio"])) if aa["pairs"] and aa["ratio"] > 0 else 0.0
+    return math.exp(max(bias, math.log1p(min_gain)))
