@@ -9,7 +9,6 @@ Stage boundaries are reported to a clock (`mark(stage)`) that adds no synchronis
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import os
 import warnings
@@ -18,12 +17,12 @@ from typing import Any, Iterator
 import torch
 from torch.utils.data import DataLoader
 
-from . import batch as batching
+from . import apply
 from .config import TrainConfig
 from .errors import ConfigError, UserError, call_user
 from .workload import Workload
 
-DEFAULT_THREADS = torch.get_num_threads()
+DEFAULT_THREADS = apply.DEFAULT_THREADS
 # More workers than cores is a knob autotune measures on purpose, not a mistake to warn about.
 warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
 
@@ -75,96 +74,39 @@ def check_applicable(workload: Workload, config: TrainConfig, device: torch.devi
         raise ConfigError(errors, f"config for workload {workload.name!r} on {device.type}")
 
 
-def _wrap_checkpointing(model: torch.nn.Module, block_types: tuple[type, ...]) -> int:
-    from torch.utils.checkpoint import checkpoint
-
-    wrapped = 0
-    for module in model.modules():
-        if isinstance(module, block_types):
-            inner = module.forward
-
-            def forward(*args, _inner=inner, **kwargs):
-                if torch.is_grad_enabled():
-                    return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
-                return _inner(*args, **kwargs)
-
-            module.forward = forward
-            wrapped += 1
-    return wrapped
-
-
-def _set_impl(optimizer: torch.optim.Optimizer, impl: str, name: str) -> torch.optim.Optimizer:
-    """Rebuild the user's optimizer with the foreach or fused implementation."""
-    if impl == "default":
-        return optimizer
-    cls = type(optimizer)
-    if impl not in inspect.signature(cls.__init__).parameters:
-        raise ConfigError([f"optimizer.impl {impl}: {cls.__name__} has no {impl} form; use default"], f"config for workload {name!r}")
-    flags = {"foreach": impl == "foreach", "fused": impl == "fused"}
-    if "foreach" not in inspect.signature(cls.__init__).parameters:
-        flags.pop("foreach")
-    groups = [{**g, **flags} for g in optimizer.param_groups]
-    try:
-        return cls(groups, **{**optimizer.defaults, **flags})
-    except (RuntimeError, ValueError, TypeError) as exc:
-        raise ConfigError([f"optimizer.impl {impl}: {cls.__name__} refused it here ({exc}); use default"], f"config for workload {name!r}") from None
-
-
 class Trainer:
     """A model, optimizer and data loader built from a workload and a config, ready to step."""
 
     def __init__(self, workload: Workload, config: TrainConfig, device: torch.device, seed: int = 0) -> None:
         check_applicable(workload, config, device)
         self.workload, self.config, self.device, self.seed = workload, config, device, seed
-        self.threads = config.backend.num_threads or DEFAULT_THREADS
-        torch.set_num_threads(self.threads)
-        if device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = config.precision.tf32
-            torch.backends.cudnn.allow_tf32 = config.precision.tf32
-            torch.backends.cudnn.benchmark = config.backend.cudnn_benchmark
+        self.threads = apply.apply_backend(config, device)
         torch.manual_seed(seed)
         model = call_user("the workload's model factory", workload.model)
         if not isinstance(model, torch.nn.Module):
             raise UserError(f"Workload {workload.name!r}: model() returned {type(model).__name__}, not a torch.nn.Module.")
         self.has_conv = has_conv(model)
-        model = model.to(device)
-        if config.layout.channels_last:
-            model = model.to(memory_format=torch.channels_last)
-        if config.memory.activation_checkpointing:
-            _wrap_checkpointing(model, workload.checkpoint_blocks)
+        model, self.step_model = apply.prepare_model(model.to(device), config, workload.checkpoint_blocks)
         model.train()
         optimizer = call_user("the workload's optimizer factory", workload.optimizer, model.parameters())
-        self.optimizer = _set_impl(optimizer, config.optimizer.impl, workload.name)
+        self.optimizer = apply.set_optimizer_impl(optimizer, config, f"config for workload {workload.name!r}")
         self.model = model
-        self.step_model = model if config.compile.mode == "none" else torch.compile(model, mode=config.compile.mode)
-        amp = config.precision.amp
-        self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
-        self.scaler = torch.amp.GradScaler(device.type) if amp == "fp16" else None
-        self.accum = workload.batch_size // (config.memory.micro_batch_size or workload.batch_size)
+        self.scaler = apply.grad_scaler(config, device)
+        self.accum = apply.accumulation_steps(config, workload.batch_size)
         self.dataset = workload.make_dataset()
         self.loader = self._make_loader()
         self.steps_done = 0
         self.annotate = False  # named profiler ranges per stage (set while profiling)
 
     def _make_loader(self) -> DataLoader:
-        d = self.config.data
         # The shuffle has a generator of its own: the DataLoader's also seeds workers (once
         # per iterator), which would shift later epochs' order with persistent workers.
         iterable = isinstance(self.dataset, torch.utils.data.IterableDataset)
         sampler = None if iterable else torch.utils.data.RandomSampler(
             self.dataset, generator=torch.Generator().manual_seed(self.seed))
-        kwargs: dict[str, Any] = dict(
-            batch_size=self.workload.batch_size,
-            sampler=sampler,
-            drop_last=True,
-            generator=torch.Generator().manual_seed(self.seed + 1),
-            num_workers=d.num_workers,
-            pin_memory=d.pin_memory,
-            collate_fn=self.workload.collate_fn,
-        )
-        if d.num_workers > 0:
-            kwargs.update(prefetch_factor=d.prefetch_factor or 2, persistent_workers=d.persistent_workers)
-        return DataLoader(self.dataset, **kwargs)
+        return DataLoader(self.dataset, batch_size=self.workload.batch_size, sampler=sampler, drop_last=True,
+                          generator=torch.Generator().manual_seed(self.seed + 1), collate_fn=self.workload.collate_fn,
+                          **apply.dataloader_kwargs(self.config))
 
     @property
     def in_flight(self) -> int:
@@ -188,11 +130,6 @@ class Trainer:
                         "samples; give a dataset with at least batch_size samples."
                     )
 
-    def _autocast(self):
-        if self.amp_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
-
     def _range(self, name: str):
         if not self.annotate:
             return contextlib.nullcontext()
@@ -203,11 +140,11 @@ class Trainer:
         clock = clock or NullClock()
         c = self.config
         with self._range("h2d"):
-            batch = batching.to_device(batch, self.device, c.data.non_blocking, c.layout.channels_last)
+            batch = apply.to_device(batch, c, self.device)
         clock.mark("h2d")
         total = None
-        for part in batching.split(batch, self.accum):
-            with self._autocast(), self._range("forward"):
+        for part in apply.micro_batches(batch, c, self.workload.batch_size):
+            with apply.autocast(c, self.device), self._range("forward"):
                 loss = call_user("the workload's loss", self.workload.loss, self.step_model, part)
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
                 shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
