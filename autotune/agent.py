@@ -17,7 +17,7 @@ import torch
 
 from . import __version__
 from .config import TrainConfig
-from .diagnose import Bottleneck, acceptable, diagnose
+from .diagnose import ADVICE, acceptable, diagnose
 from .measure import Protocol
 from .recipes import Recipe, matching
 from .errors import UserError
@@ -156,7 +156,8 @@ class Agent:
         v = state.verdict
         if acceptable(v):
             return f"the slowest stage is acceptable: the step is compute-bound ({v.reason}) and every matching recipe was tried"
-        return f"no recipe left for the {v.bottleneck.value} bottleneck ({v.reason})"
+        advice = ADVICE.get(v.bottleneck)
+        return f"no recipe left for the {v.bottleneck.value} bottleneck ({v.reason})" + (f"; in your code: {advice}" if advice else "")
 
     def _try(self, round_no: int, recipe: Recipe, state: State, base: dict, margin: float,
              trials_left: int, deadline: float | None) -> tuple[dict, State, int]:

@@ -13,7 +13,7 @@ import torch
 from . import console as ui
 from .atomic import write_text
 from .config import TrainConfig, load_config
-from .diagnose import diagnose
+from .diagnose import ADVICE, diagnose
 from .errors import UserError
 from .loop import Trainer, has_conv, resolve_device
 from .measure import Protocol, measure
@@ -82,7 +82,7 @@ def profile(args) -> int:
     if fits:
         c.print(ui.recipe_table(fits, device.type, facts, title="Recipes that match, cheapest first"))
     else:
-        c.print("No recipe targets this bottleneck: " + ADVICE.get(verdict.bottleneck.value, "see the evidence above."))
+        c.print("No recipe targets this bottleneck: " + ADVICE.get(verdict.bottleneck, "see the evidence above."))
     if json_path:
         doc = {
             "workload": workload.name, "device": device.type, "protocol": protocol.describe(),
@@ -94,14 +94,6 @@ def profile(args) -> int:
     if trace_path:
         c.print(f"wrote trace {trace_path} (open in https://ui.perfetto.dev or chrome://tracing)")
     return 0
-
-
-ADVICE = {
-    "sync": "move the host read out of the step: keep checks on the device (torch.where, torch.isfinite(...).all() "
-            "without .item()), and log losses every N steps instead of every step.",
-    "communication": "overlap gradient all-reduce with backward (DDP bucket_cap_mb, gradient_as_bucket_view), or "
-                     "accumulate gradients locally with no_sync() between optimizer steps.",
-}
 
 
 def recipes(args) -> int:

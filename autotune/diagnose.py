@@ -41,6 +41,15 @@ CPU_MEAN_OP_US = 40.0
 CPU_OPS_PER_STEP = 200
 
 
+# What to do where no recipe can act: the fix is in the user's code.
+ADVICE = {
+    Bottleneck.SYNC: "move the host read out of the step: keep checks on the device (torch.where, "
+                     "torch.isfinite(...).all() without .item()), and log losses every N steps instead of every step.",
+    Bottleneck.COMMUNICATION: "overlap gradient all-reduce with backward (DDP bucket_cap_mb, gradient_as_bucket_view), "
+                              "or accumulate locally under no_sync() between optimizer steps.",
+}
+
+
 @dataclass
 class Verdict:
     bottleneck: Bottleneck
