@@ -107,7 +107,7 @@ class Agent:
             raise UserError(f"the baseline could not be measured twice side by side ({aa['failed']}).")
         margin = noise_margin(aa, MIN_GAIN)
         r["noise"] = {**{k: aa[k] for k in ("ratio", "low", "high", "pairs")}, "margin": margin, "min_gain": MIN_GAIN}
-        r["steps"], used, tried = [], 0, set()
+        r["steps"], used, ran_now, tried = [], 0, 0, set()
         r["final_config"] = base_cfg.model_dump()
         r["stop_reason"] = None
         round_no = 0
@@ -127,7 +127,8 @@ class Agent:
             tried.add(recipe.name)
             round_no += 1
             step, state, ran = self._try(round_no, recipe, state, base, margin, self.settings.trials - used, deadline)
-            used += ran
+            used += len(step["trials"])
+            ran_now += ran
             r["steps"].append(step)
             r["final"], r["diagnosis"] = state.summary, state.verdict.to_dict()
             r["final_config"] = state.config.model_dump()
@@ -139,8 +140,8 @@ class Agent:
             r["speedup"] = _ci(sp)
         else:
             r["speedup"] = {"ratio": 1.0, "low": 1.0, "high": 1.0, "pairs": 0}
-        r["budget"] = {"trials_used": used, "trials_limit": self.settings.trials, "wall_s": time.time() - t_start,
-                       "budget_s": self.settings.budget_s}
+        r["budget"] = {"trials_used": used, "trials_run_now": ran_now, "trials_limit": self.settings.trials,
+                       "wall_s": time.time() - t_start, "budget_s": self.settings.budget_s}
         return r
 
     def _baseline(self, config: TrainConfig) -> dict[str, Any]:
@@ -166,7 +167,7 @@ class Agent:
         name = f"{self.study}/{round_no:02d}-{recipe.name}"
         search = RecipeSearch(self.storage, name, space, state.config, self.runner,
                               Constraints(self.settings.memory_limit, base.get("first_losses", [])), self.settings.seed)
-        n = min(recipe.trials, trials_left + len(search.finished()))
+        n = min(recipe.trials, trials_left)  # finished trials of a resumed study count
         self.events("recipe", {"round": round_no, "recipe": recipe.name, "trials": min(n, search.grid)})
         ran = search.run(n, deadline, on_trial=lambda t: self.events("trial", trial_record(t)))
         step = {"round": round_no, "recipe": recipe.name, "bottleneck": state.verdict.bottleneck.value,
