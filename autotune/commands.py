@@ -113,17 +113,28 @@ def train(args) -> int:
     t0 = time.perf_counter()
     trainer = Trainer(workload, config, device, seed=args.seed)
     setup = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    losses = trainer.train(args.steps)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    wall = time.perf_counter() - t0
+    warm = min(TRAIN_WARMUP, args.steps - 1)  # steps before the steady-state clock starts
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    stream, losses = trainer.batches(), []
+    t0 = t_warm = time.perf_counter()
+    for i in range(args.steps):
+        if i == warm:
+            sync()
+            t_warm = time.perf_counter()
+        losses.append(trainer.step(next(stream)))
+    sync()
+    t_end = time.perf_counter()
+    losses = [float(x) for x in losses]
+    steady = (args.steps - warm) * workload.batch_size / (t_end - t_warm)
     ui.console.print(
-        f"[bold]{workload.name}[/]: {args.steps} steps with {config.short()} in {wall:.2f} s "
-        f"({args.steps * workload.batch_size / wall:.1f} samples/s, setup {setup:.2f} s); "
+        f"[bold]{workload.name}[/]: {args.steps} steps with {config.short()} in {t_end - t0:.2f} s "
+        f"(setup {setup:.2f} s); steady state after {warm} steps: {steady:.1f} samples/s; "
         f"loss {losses[0]:.4f} -> {losses[-1]:.4f}"
     )
     return 0
+
+
+TRAIN_WARMUP = 5
 
 
 def tune(args) -> int:

@@ -70,7 +70,7 @@ class InProcessHandle:
     def summary(self) -> dict[str, Any]:
         return self.session.result.summary()
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
         self.session = None
 
 
@@ -132,8 +132,10 @@ class WorkerHandle:
     def summary(self) -> dict[str, Any]:
         return self._ask({"cmd": "summary"})["summary"]
 
-    def close(self) -> None:
-        if self.proc.poll() is None:
+    def close(self, kill: bool = False) -> None:
+        if kill:
+            self._kill()
+        elif self.proc.poll() is None:
             try:
                 self.proc.stdin.close()
                 self.proc.wait(timeout=10)
@@ -168,27 +170,32 @@ class Runner:
                     on_window(i, thr)
             h.profile(trace)
             out = h.summary()
-        finally:
-            h.close()
+        except BaseException:  # Ctrl-C or a failure: the worker must not outlive it
+            h.close(kill=True)
+            raise
+        h.close()
         out["wall_s"] = time.perf_counter() - t0
         return out
 
     def interleave(self, a: TrainConfig, b: TrainConfig, pairs: int, on_pair=None) -> tuple[list[float], list[float]]:
         """Windows of A and B in turns (A B B A A B ...), so drift hits both alike."""
-        ha = self.open(a)
+        handles = []
         try:
-            hb = self.open(b)
-            try:
-                xs, ys = [], []
-                for i in range(pairs):
-                    if i % 2 == 0:
-                        xs.append(ha.window()), ys.append(hb.window())
-                    else:
-                        ys.append(hb.window()), xs.append(ha.window())
-                    if on_pair:
-                        on_pair(i, xs[-1], ys[-1])
-                return xs, ys
-            finally:
-                hb.close()
-        finally:
-            ha.close()
+            handles.append(self.open(a))
+            handles.append(self.open(b))
+            ha, hb = handles
+            xs, ys = [], []
+            for i in range(pairs):
+                if i % 2 == 0:
+                    xs.append(ha.window()), ys.append(hb.window())
+                else:
+                    ys.append(hb.window()), xs.append(ha.window())
+                if on_pair:
+                    on_pair(i, xs[-1], ys[-1])
+        except BaseException:
+            for h in handles:
+                h.close(kill=True)
+            raise
+        for h in handles:
+            h.close()
+        return xs, ys

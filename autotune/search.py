@@ -20,7 +20,7 @@ from .config import TrainConfig
 from .errors import ConfigError
 from .runner import Runner, TrialFailed
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
+optuna.logging.set_verbosity(optuna.logging.ERROR)  # failures are recorded, not logged
 
 # A trial's mean loss over the first measured steps may differ from the baseline's by at
 # most this fraction (AMP and compilation change rounding, not the trajectory).
@@ -86,8 +86,10 @@ class RecipeSearch:
         self.study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
                                          sampler=sampler, load_if_exists=True)
         self.grid = grid
-        if not self.study.trials:
-            self.study.enqueue_trial({k: incumbent.get(k) for k in self.space})
+        first = {k: incumbent.get(k) for k in self.space}
+        waiting = optuna.trial.TrialState.WAITING
+        if not any(t.params == first for t in self.finished() + self.study.get_trials(states=(waiting,))):
+            self.study.enqueue_trial(first)  # again after an interrupted first trial
 
     def finished(self) -> list[optuna.trial.FrozenTrial]:
         done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
