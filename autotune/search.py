@@ -9,7 +9,9 @@ never chosen.
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -25,6 +27,8 @@ optuna.logging.set_verbosity(optuna.logging.ERROR)  # failures are recorded, not
 # A trial's mean loss over the first measured steps may differ from the baseline's by at
 # most this fraction (AMP and compilation change rounding, not the trajectory).
 LOSS_TOLERANCE = 0.25
+# Spaces with at most this many points are measured exhaustively, in a seeded order.
+GRID_LIMIT = 12
 
 
 def normalized(config: TrainConfig, changes: dict[str, Any]) -> TrainConfig:
@@ -80,16 +84,23 @@ class RecipeSearch:
                  runner: Runner, constraints: Constraints, seed: int) -> None:
         self.space = {k: list(dict.fromkeys([incumbent.get(k), *v])) for k, v in space.items()}
         self.incumbent, self.runner, self.constraints = incumbent, runner, constraints
-        grid = math.prod(len(v) for v in self.space.values())
-        sampler = (optuna.samplers.GridSampler(self.space, seed=seed) if grid <= 12
-                   else optuna.samplers.TPESampler(seed=seed, n_startup_trials=4))
+        self.grid = math.prod(len(v) for v in self.space.values())
+        # A small space is walked whole (the incumbent first, then a seeded order); a larger
+        # one is searched by TPE from the incumbent.
         self.study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
-                                         sampler=sampler, load_if_exists=True)
-        self.grid = grid
+                                         sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=4),
+                                         load_if_exists=True)
         first = {k: incumbent.get(k) for k in self.space}
+        points = [first]
+        if self.grid <= GRID_LIMIT:
+            rest = [dict(zip(self.space, combo)) for combo in itertools.product(*self.space.values())]
+            random.Random(seed).shuffle(rest)
+            points += [p for p in rest if p != first]
         waiting = optuna.trial.TrialState.WAITING
-        if not any(t.params == first for t in self.finished() + self.study.get_trials(states=(waiting,))):
-            self.study.enqueue_trial(first)  # again after an interrupted first trial
+        have = [t.params for t in self.finished()] + [t.params for t in self.study.get_trials(states=(waiting,))]
+        for p in points:  # again after an interrupted run: what is not measured yet
+            if p not in have:
+                self.study.enqueue_trial(p)
 
     def finished(self) -> list[optuna.trial.FrozenTrial]:
         done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
