@@ -27,6 +27,9 @@ DEFAULT_THREADS = apply.DEFAULT_THREADS
 warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
 
 
+_NULL = contextlib.nullcontext()
+
+
 class NullClock:
     """A clock that times nothing: production training."""
 
@@ -93,6 +96,8 @@ class Trainer:
         self.model = model
         self.scaler = apply.grad_scaler(config, device)
         self.accum = apply.accumulation_steps(config, workload.batch_size)
+        self._autocast = apply.autocast(config, device)  # reusable: entered once per micro-step
+        self._to_device = device.type != "cpu" or config.layout.channels_last
         self.dataset = workload.make_dataset()
         self.loader = self._make_loader()
         self.steps_done = 0
@@ -132,19 +137,21 @@ class Trainer:
 
     def _range(self, name: str):
         if not self.annotate:
-            return contextlib.nullcontext()
+            return _NULL
         return torch.profiler.record_function(f"autotune::{name}")
 
     def step(self, batch: Any, clock=None) -> torch.Tensor:
         """One optimizer step on a global batch; returns the mean loss (not synchronised)."""
         clock = clock or NullClock()
         c = self.config
-        with self._range("h2d"):
-            batch = apply.to_device(batch, c, self.device)
+        if self._to_device:  # on CPU without channels_last every move is a no-op
+            with self._range("h2d"):
+                batch = apply.to_device(batch, c, self.device)
         clock.mark("h2d")
         total = None
-        for part in apply.micro_batches(batch, c, self.workload.batch_size):
-            with apply.autocast(c, self.device), self._range("forward"):
+        parts = apply.micro_batches(batch, c, self.workload.batch_size) if self.accum > 1 else (batch,)
+        for part in parts:
+            with self._autocast, self._range("forward"):
                 loss = call_user("the workload's loss", self.workload.loss, self.step_model, part)
             if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
                 shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
