@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -11,7 +12,8 @@ from rich.table import Table
 from .clock import STAGES
 from .units import format_bytes
 
-console = Console(stderr=False, highlight=False)
+# Piped or captured output gets 120 columns rather than rich's 80, so tables stay readable.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
 _COLORS = {"data": "red", "h2d": "magenta", "forward": "cyan", "backward": "blue", "optimizer": "green", "other": "white"}
 
 
