@@ -1,0 +1,62 @@
+"""`python -m autotune.bench`: the benchmark suite (see `autotune.bench.suite`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from ..errors import UserCodeError, UserError
+from . import suite
+from .cases import CASES, QUICK_CASES, select
+from .table import to_markdown
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m autotune.bench", description=suite.__doc__.split("\n\n")[0],
+        epilog="examples:\n  python -m autotune.bench --json bench.json --md bench.md\n"
+               "  python -m autotune.bench --quick --examples input_bound,compute_bound",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="a smoke run: tiny workloads and grids, 2 windows per config")
+    p.add_argument("--json", metavar="FILE", help="write the full results as JSON")
+    p.add_argument("--md", metavar="FILE", help="write the Markdown tables (default: print them to stdout)")
+    p.add_argument("--examples", metavar="A,B", help=f"only these examples (default all: {', '.join(c.name for c in CASES)})")
+    p.add_argument("--seed", type=int, default=0, help="sampler seed for blind Optuna and autotune (default 0)")
+    p.add_argument("--no-extras", action="store_true", help="skip the false-acceptance runs and the overhead benchmark")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    t0 = time.perf_counter()
+    log = (lambda s: None) if args.quiet else (lambda s: print(f"[{time.perf_counter() - t0:7.1f}s] {s}", file=sys.stderr, flush=True))
+    try:
+        cases = select(QUICK_CASES if args.quick else CASES, args.examples)
+        for flag in ("json", "md"):
+            path = getattr(args, flag)
+            if path and not Path(path).resolve().parent.is_dir():
+                raise UserError(f"--{flag} {path!r}: its folder does not exist; give a path in an existing folder.")
+        report = suite.run(cases, quick=args.quick, seed=args.seed, extras=not args.no_extras, log=log)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except UserCodeError as exc:
+        print(exc.user_traceback(), file=sys.stderr)
+        return 1
+    report["command"] = " ".join(["python -m autotune.bench", *(argv if argv is not None else sys.argv[1:])])
+    md = to_markdown(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2, default=str) + "\n")
+    if args.md:
+        Path(args.md).write_text(md)
+    else:
+        sys.stdout.write(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

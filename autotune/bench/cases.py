@@ -1,0 +1,218 @@
+"""The planted-bottleneck examples the suite runs, each with its stated grid.
+
+A case names the example file, the function and arguments that build its workload, the
+bottleneck planted in it, the grid that is measured exhaustively for the oracle, and the
+memory limit it runs under. Grids are small on purpose (the whole suite must finish in
+30 minutes on two cores) and contain the default config; they avoid torch.compile, which
+costs 10-15 s per compilation. The rule of thumb is the same for every case.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import TrainConfig
+from ..errors import ConfigError, UserError
+from ..search import normalized
+from ..workload import Workload, _load_module_from_file
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+MiB = 2**20
+
+INPUT_GRID = {"data.num_workers": [0, 2, 4, 8], "data.prefetch_factor": [2, 4], "backend.num_threads": [None, 1]}
+COMPUTE_GRID = {"precision.amp": ["none", "bf16"], "optimizer.impl": ["default", "foreach"], "data.num_workers": [0, 2]}
+SYNC_GRID = {"optimizer.impl": ["default", "foreach"], "data.num_workers": [0, 2], "backend.num_threads": [None, 1]}
+MEMORY_GRID = {"memory.micro_batch_size": [None, 512, 256, 128, 64], "memory.activation_checkpointing": [False, True]}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One example under test.
+
+    Attributes:
+        name: The example's module name in `examples/` (also the case's name).
+        planted: The bottleneck class planted in it (a `Bottleneck` value).
+        fn: The function in the example that builds the workload.
+        kwargs: Its arguments.
+        grid: Dotted config key -> values; every combination is measured (after
+            normalisation, duplicates collapse).
+        memory_limit: Peak memory allowed, in bytes; configs over it count as 0.
+        isolate: Measure each config in its own process. Needed where memory is judged:
+            in one process the profiler's "Total Allocated" keeps tensors that an earlier
+            profiled run allocated and freed after it stopped, so the measured peak creeps up
+            (about 0.5 MiB per measurement on memory_bound).
+        quick: Whether this is a --quick case (selects the table a worker loads it from).
+        note: Why this workload and grid, in one line.
+    """
+
+    name: str
+    planted: str
+    fn: str = "small"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    memory_limit: int | None = None
+    isolate: bool = False
+    quick: bool = False
+    note: str = ""
+
+    @property
+    def path(self) -> Path:
+        return EXAMPLES / f"{self.name}.py"
+
+    @property
+    def target(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+        return f"examples/{self.name}.py:{self.fn}({args})"
+
+    @property
+    def spec(self) -> str:
+        """A target string a worker process can load (see `__getattr__` below)."""
+        return f"autotune.bench.cases:{'quick_' if self.quick else ''}{self.name}"
+
+    def workload(self) -> Workload:
+        if not self.path.is_file():
+            raise UserError(f"example {str(self.path)!r} is missing; run the benchmark from a source checkout.")
+        module = _load_module_from_file(self.path, str(self.path))
+        wl = getattr(module, self.fn)(**self.kwargs)
+        if not isinstance(wl, Workload):
+            raise UserError(f"{self.target} returned {type(wl).__name__}, not an autotune.Workload.")
+        return wl
+
+    def configs(self) -> list[TrainConfig]:
+        """Every distinct config of the grid, the default first."""
+        keys = list(self.grid)
+        seen: dict[tuple, TrainConfig] = {}
+        default = TrainConfig()
+        seen[tuple(sorted(default.flat().items(), key=lambda kv: kv[0]))] = default
+        for values in itertools.product(*(self.grid[k] for k in keys)):
+            try:
+                cfg = normalized(default, dict(zip(keys, values)))
+            except ConfigError:
+                continue
+            seen.setdefault(tuple(sorted(cfg.flat().items(), key=lambda kv: kv[0])), cfg)
+        return list(seen.values())
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "target": self.target, "planted": self.planted, "grid": self.grid,
+                "grid_size": len(self.configs()), "memory_limit_bytes": self.memory_limit, "note": self.note}
+
+
+CASES: tuple[Case, ...] = (
+    Case("input_bound", "input", grid=INPUT_GRID,
+         note="2 ms I/O latency per sample: workers past the core count keep helping"),
+    Case("decode_bound", "input", grid=INPUT_GRID,
+         note="2 ms of pure-Python decoding per sample: workers help only up to the cores"),
+    Case("compute_bound", "compute", fn="workload", kwargs={"width": 1024, "batch_size": 16}, grid=COMPUTE_GRID,
+         note="wide MLP, in-memory data; batch 16 keeps bf16 trials affordable where bf16 is emulated (20x slower)"),
+    Case("overhead_bound", "launch", grid=COMPUTE_GRID,
+         note="32 tiny layers with Adam: dispatch overhead; foreach helps the many small parameters"),
+    Case("memory_bound", "memory", fn="workload", kwargs={"width": 128, "depth": 8, "batch_size": 1024},
+         grid=MEMORY_GRID, memory_limit=8 * MiB, isolate=True,
+         note="residual MLP whose activations dominate (batch 1024, width 128): about 14 MiB by default, "
+              "8 MiB allowed; micro-batches or checkpointing must make it fit"),
+    Case("sync_bound", "sync", grid=SYNC_GRID,
+         note="an .item() every step: no recipe fixes user code, autotune reports it; the grid shows what knobs give"),
+)
+
+# --quick: tiny workloads and two- to four-config grids, a smoke test of the whole pipeline.
+_QUICK_CASES: tuple[Case, ...] = (
+    Case("input_bound", "input", fn="workload", kwargs={"n": 256, "batch_size": 8}, grid={"data.num_workers": [0, 2]}),
+    Case("decode_bound", "input", fn="workload", kwargs={"n": 256, "batch_size": 8}, grid={"data.num_workers": [0, 2]}),
+    Case("compute_bound", "compute", fn="workload", kwargs={"width": 128, "batch_size": 32},
+         grid={"optimizer.impl": ["default", "foreach"]}),
+    Case("overhead_bound", "launch", fn="workload", kwargs={"depth": 8}, grid={"optimizer.impl": ["default", "foreach"]}),
+    Case("memory_bound", "memory", fn="workload", kwargs={"width": 64, "depth": 4, "batch_size": 256},
+         grid={"memory.micro_batch_size": [None, 64], "memory.activation_checkpointing": [False, True]},
+         memory_limit=int(0.9 * MiB), isolate=True),
+    Case("sync_bound", "sync", fn="workload", kwargs={"batch_size": 16}, grid={"optimizer.impl": ["default", "foreach"]}),
+)
+
+QUICK_CASES = tuple(Case(**{**c.__dict__, "quick": True}) for c in _QUICK_CASES)
+
+
+def __getattr__(name: str):
+    """`autotune.bench.cases:memory_bound` (or `:quick_memory_bound`) as a workload target:
+    the case's workload function, so that a worker process can build it."""
+    quick = name.startswith("quick_")
+    for c in QUICK_CASES if quick else CASES:
+        if c.name == name.removeprefix("quick_"):
+            return c.workload
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@dataclass(frozen=True)
+class RuleOfThumb:
+    """The settings common tuning guides give for every training job, applied unmeasured.
+
+    Data loading (PyTorch Performance Tuning Guide; Lightning's and Hugging Face's speed-up
+    guides): many workers, deeper prefetch, persistent workers, pinned memory (CUDA only).
+    The math: `torch.compile` in its default mode, and mixed precision where the guides add
+    it: on GPUs (bf16, or fp16 without bf16 support) and on CPUs with native bf16 (AMX or
+    AVX512-BF16; elsewhere bf16 is emulated and the CPU guides do not recommend it).
+    """
+
+    num_workers: int = 16
+    prefetch_factor: int = 4
+    persistent_workers: bool = True
+    pin_memory: bool = True
+    amp: bool = True
+    compile_mode: str | None = "default"
+
+    def config(self, device: torch.device) -> tuple[TrainConfig, list[str]]:
+        """The config on `device`, and what had to be dropped there, with why."""
+        notes = []
+        changes: dict[str, Any] = {"data.num_workers": self.num_workers, "data.prefetch_factor": self.prefetch_factor,
+                                   "data.persistent_workers": self.persistent_workers}
+        if self.pin_memory:
+            if device.type == "cuda":
+                changes["data.pin_memory"] = True
+            else:
+                notes.append("pin_memory=True dropped: it needs CUDA, and the config rejects it on CPU")
+        if self.amp:
+            if device.type == "cuda":
+                changes["precision.amp"] = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+            elif native_bf16_cpu():
+                changes["precision.amp"] = "bf16"
+            else:
+                notes.append("AMP not added: this CPU has no native bf16 (neither AMX nor AVX512-BF16), and the CPU "
+                             "guides recommend bf16 autocast only where it has")
+        if self.compile_mode:
+            changes["compile.mode"] = self.compile_mode
+        return TrainConfig().with_changes(changes), notes
+
+    def describe(self) -> dict[str, Any]:
+        return {"num_workers": self.num_workers, "prefetch_factor": self.prefetch_factor,
+                "persistent_workers": self.persistent_workers, "pin_memory": self.pin_memory,
+                "amp": self.amp, "compile_mode": self.compile_mode}
+
+
+def native_bf16_cpu() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+RULE = RuleOfThumb()
+# --quick keeps the rule's shape at a size a smoke test affords: no compile, 2 workers.
+QUICK_RULE = RuleOfThumb(num_workers=2, prefetch_factor=2, amp=False, compile_mode=None)
+
+
+def select(cases: tuple[Case, ...], names: str | None) -> list[Case]:
+    """The cases named in a comma-separated list (all when None), in the suite's order."""
+    if not names:
+        return list(cases)
+    wanted = [n.strip().removesuffix(".py") for n in names.split(",") if n.strip()]
+    known = {c.name for c in cases}
+    unknown = [n for n in wanted if n not in known]
+    if unknown or not wanted:
+        raise UserError(f"--examples {names!r}: unknown example(s) {', '.join(unknown) or '(none given)'}; "
+                        f"known: {', '.join(c.name for c in cases)}.")
+    return [c for c in cases if c.name in wanted]

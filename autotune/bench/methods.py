@@ -1,0 +1,184 @@
+"""The compared methods, each measuring through one `Runner` under the suite's protocol.
+
+- `run_grid`: every config of a case's grid, one after the other (the oracle's ground truth).
+- `run_single`: one config (the default, the rule of thumb).
+- `run_blind`: Optuna's TPE over the grid's knobs, no diagnosis, a given trial budget.
+- `run_agent`: autotune's `Agent`, with its diagnosis, on in-memory Optuna storage.
+- `judge`: the configs the methods chose, re-measured in turns (round robin, the order
+  reversed every round) so that drift of the machine hits them alike; a method's figure
+  is this fresh measurement, not the best of its own noisy search.
+
+A config over the memory limit, out of memory, crashed, or with a diverged loss counts as
+throughput 0 everywhere (the same `Constraints` the agent applies).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import optuna
+
+from ..agent import Agent, Settings
+from ..config import TrainConfig
+from ..errors import ConfigError
+from ..runner import Runner, TrialFailed
+from ..search import Constraints, normalized
+from ..stats import paired_ratio
+
+Log = Callable[[str], None]
+
+
+def _key(config: TrainConfig) -> tuple:
+    return tuple(sorted(config.flat().items(), key=lambda kv: kv[0]))
+
+
+def measure_one(runner: Runner, config: TrainConfig, constraints: Constraints | None) -> dict[str, Any]:
+    """One config under the protocol: its throughput (0 when infeasible) and why."""
+    t0 = time.perf_counter()
+    try:
+        s = runner.measure(config)
+    except TrialFailed as exc:
+        return {"config": config.flat(), "changes": TrainConfig().diff(config), "samples_per_s": 0.0,
+                "measured_samples_per_s": None, "feasible": False, "reason": f"{exc.kind}: {exc.reason}",
+                "wall_s": time.perf_counter() - t0, "peak_memory_bytes": None, "first_losses": []}
+    problem = constraints.check(s) if constraints else None
+    return {"config": config.flat(), "changes": TrainConfig().diff(config),
+            "samples_per_s": 0.0 if problem else s["samples_per_s"], "measured_samples_per_s": s["samples_per_s"],
+            "window_cv": s.get("window_cv"), "feasible": problem is None, "reason": problem,
+            "wall_s": time.perf_counter() - t0, "peak_memory_bytes": s.get("peak_memory_bytes"),
+            "first_losses": s.get("first_losses", [])}
+
+
+def run_grid(runner: Runner, configs: list[TrainConfig], memory_limit: int | None, log: Log) -> dict[str, Any]:
+    """Measure every config (the default first: its losses are the divergence reference)."""
+    t0 = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    constraints = Constraints(memory_limit, [])
+    for i, cfg in enumerate(configs):
+        row = measure_one(runner, cfg, constraints)
+        if i == 0:
+            constraints = Constraints(memory_limit, row["first_losses"])
+        rows.append(row)
+        log(f"  grid {i + 1}/{len(configs)} {cfg.short()}: {row['samples_per_s']:.0f} samples/s"
+            + ("" if row["feasible"] else f" (infeasible: {row['reason']})"))
+    best = max(range(len(rows)), key=lambda i: rows[i]["samples_per_s"])
+    return {"trials": len(rows), "wall_s": time.perf_counter() - t0, "rows": rows, "best_index": best,
+            "best_config": rows[best]["config"], "best_samples_per_s": rows[best]["samples_per_s"],
+            "reference_losses": rows[0]["first_losses"]}
+
+
+def run_single(runner: Runner, config: TrainConfig, constraints: Constraints) -> dict[str, Any]:
+    row = measure_one(runner, config, constraints)
+    return {"trials": 1, "wall_s": row["wall_s"], "config": row["config"], "samples_per_s": row["samples_per_s"],
+            "feasible": row["feasible"], "reason": row["reason"], "peak_memory_bytes": row["peak_memory_bytes"]}
+
+
+def run_blind(runner: Runner, grid: dict[str, list[Any]], n_trials: int, seed: int, constraints: Constraints,
+              log: Log) -> dict[str, Any]:
+    """TPE over the grid's knobs, the default enqueued first (as the agent does); a config
+    suggested again (also after normalisation) reuses its measurement and still counts."""
+    t0 = time.perf_counter()
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), direction="maximize", sampler=sampler)
+    default = TrainConfig()
+    study.enqueue_trial({k: default.get(k) if default.get(k) in v else v[0] for k, v in grid.items()})
+    seen: dict[tuple, dict[str, Any]] = {}
+    rows: list[dict[str, Any]] = []
+
+    def objective(trial: optuna.Trial) -> float:
+        params = {k: trial.suggest_categorical(k, v) for k, v in grid.items()}
+        try:
+            cfg = normalized(TrainConfig(), params)
+        except ConfigError as exc:
+            rows.append({"config": None, "samples_per_s": 0.0, "reason": "; ".join(exc.errors)})
+            return 0.0
+        key = _key(cfg)
+        row = seen[key] if key in seen else measure_one(runner, cfg, constraints)
+        rows.append({**row, "reused": key in seen})
+        seen[key] = row
+        log(f"  blind {len(rows)}/{max(1, n_trials)} {cfg.short()}: {row['samples_per_s']:.0f} samples/s")
+        return row["samples_per_s"]
+
+    study.optimize(objective, n_trials=max(1, n_trials), catch=())
+    best = max(range(len(rows)), key=lambda i: rows[i]["samples_per_s"])
+    return {"trials": len(rows), "measured": len(seen), "wall_s": time.perf_counter() - t0,
+            "best_config": rows[best]["config"] or TrainConfig().flat(), "samples_per_s": rows[best]["samples_per_s"],
+            "rows": [{k: r.get(k) for k in ("changes", "samples_per_s", "feasible", "reason", "reused")} for r in rows]}
+
+
+def run_agent(runner: Runner, recipes: list, facts: dict[str, bool], settings: Settings, log: Log,
+              study: str = "bench") -> dict[str, Any]:
+    """autotune's agent, as `autotune tune --in-process` runs it, on in-memory storage."""
+
+    def events(kind: str, info: dict) -> None:
+        if kind == "recipe":
+            log(f"  autotune round {info['round']}: {info['recipe']} ({info['trials']} trials)")
+        elif kind == "decision":
+            log(f"  autotune {info['recipe']}: {'accepted' if info['accepted'] else 'rejected'}: {info['reason']}")
+
+    agent = Agent(runner, recipes, optuna.storages.InMemoryStorage(), study, settings, facts, events=events)
+    t0 = time.perf_counter()
+    report = agent.run()
+    return {"report": report, "wall_s": time.perf_counter() - t0}
+
+
+def harmonic(xs: list[float]) -> float:
+    """Samples over time of equal-sample windows: the harmonic mean of their throughputs."""
+    xs = [x for x in xs if x > 0]
+    return len(xs) / sum(1 / x for x in xs) if xs else 0.0
+
+
+def judge(runner: Runner, configs: dict[str, TrainConfig], infeasible: set[str], log: Log) -> dict[str, Any]:
+    """Windows of every distinct config in turns; `infeasible` labels count as 0 unmeasured.
+
+    Returns per label the windows and throughput, and `ratio(a, b)`-ready window lists.
+    """
+    t0 = time.perf_counter()
+    distinct: dict[tuple, list[str]] = {}
+    for label, cfg in configs.items():
+        if label not in infeasible:
+            distinct.setdefault(_key(cfg), []).append(label)
+    keys = list(distinct)
+    handles, windows, failed = {}, {k: [] for k in keys}, {}
+    try:
+        for k in keys:
+            try:
+                handles[k] = runner.open(configs[distinct[k][0]])
+            except TrialFailed as exc:
+                failed[k] = f"{exc.kind}: {exc.reason}"
+        for r in range(runner.protocol.windows):
+            for k in (keys if r % 2 == 0 else keys[::-1]):
+                if k in failed or k not in handles:
+                    continue
+                try:
+                    windows[k].append(handles[k].window())
+                except TrialFailed as exc:
+                    failed[k] = f"{exc.kind}: {exc.reason}"
+            log(f"  judge round {r + 1}/{runner.protocol.windows}")
+    finally:
+        for h in handles.values():
+            h.close()
+    out: dict[str, Any] = {"wall_s": time.perf_counter() - t0, "labels": {}}
+    for label, cfg in configs.items():
+        k = _key(cfg)
+        if label in infeasible or k in failed:
+            out["labels"][label] = {"samples_per_s": 0.0, "windows": [], "config": cfg.flat(),
+                                    "reason": "infeasible in its measurement" if label in infeasible else failed[k]}
+        else:
+            out["labels"][label] = {"samples_per_s": harmonic(windows[k]), "windows": windows[k], "config": cfg.flat(),
+                                    "same_as": [x for x in distinct[k] if x != label]}
+    return out
+
+
+def ratio(judged: dict[str, Any], a: str, b: str) -> dict[str, Any]:
+    """Judged throughput of `b` over `a` from the paired round-robin windows, with a 95% CI."""
+    la, lb = judged["labels"][a], judged["labels"][b]
+    if la["samples_per_s"] == 0 and lb["samples_per_s"] > 0:  # only b is feasible: b is better without bound
+        return {"ratio": None, "low": None, "high": None, "pairs": 0, "only_b_feasible": True}
+    if la["samples_per_s"] == 0 or lb["samples_per_s"] == 0:
+        r = lb["samples_per_s"] / la["samples_per_s"] if la["samples_per_s"] else 1.0
+        return {"ratio": r, "low": r, "high": r, "pairs": 0, "infeasible": True}
+    if la["config"] == lb["config"]:
+        return {"ratio": 1.0, "low": 1.0, "high": 1.0, "pairs": len(la["windows"]), "same_config": True}
+    return paired_ratio(la["windows"], lb["windows"])

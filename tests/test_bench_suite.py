@@ -1,0 +1,81 @@
+"""The benchmark suite's --quick mode runs end to end and writes every section it promises.
+
+Only structure is checked: figures measured on a shared two-core machine in a smoke run
+mean nothing, and targets are reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from autotune.bench import suite
+from autotune.bench.__main__ import main
+from autotune.bench.cases import CASES, QUICK_CASES, select
+
+EXAMPLES = ("input_bound", "memory_bound")  # an in-process case and an isolated one
+
+
+@pytest.mark.slow
+def test_quick_run_writes_json_and_markdown(tmp_path, capsys):
+    threads = torch.get_num_threads()
+    out_json, out_md = tmp_path / "suite.json", tmp_path / "suite.md"
+    code = main(["--quick", "--quiet", "--examples", ",".join(EXAMPLES), "--json", str(out_json), "--md", str(out_md)])
+    assert code == 0
+    assert torch.get_num_threads() == threads
+    assert capsys.readouterr().out == ""  # with --md, nothing on stdout
+
+    r = json.loads(out_json.read_text())
+    assert r["benchmark"] == "suite" and r["quick"] is True
+    assert r["protocol"]["windows"] == suite.QUICK_PROTOCOL.windows
+    assert [c["name"] for c in r["cases"]] == list(EXAMPLES)
+    for c in r["cases"]:
+        assert set(c["methods"]) == set(suite.METHODS)
+        for name, m in c["methods"].items():
+            assert isinstance(m["samples_per_s"], float), name
+            assert m["samples_per_s"] > 0 or not m["feasible"], (c["name"], name, m)
+            assert m["trials"] >= (0 if name == "autotune" else 1)
+            assert m["wall_s"] >= 0 and "ratio" in m["ratio_to_oracle"]
+        assert c["methods"]["oracle"]["trials"] == c["grid_size"] == len(c["grid_results"]["rows"])
+        assert c["methods"]["oracle"]["ratio_to_oracle"]["ratio"] == 1.0
+        assert c["methods"]["blind_optuna"]["trials"] == max(1, c["methods"]["autotune"]["trials"])
+        assert c["diagnosis"]["planted"] in {"input", "memory"}
+        assert isinstance(c["diagnosis"]["correct"], bool)
+        assert set(c["targets"]) == {"oracle", "trials", "wall", "not_below_blind", "better_than_blind",
+                                     "not_below_default", "beats_rule_where_wrong"}
+    assert r["cases"][1]["runner"].startswith("a process per measurement")
+    assert any("pin_memory" in n for n in r["cases"][0]["rule_of_thumb"]["notes"])  # dropped on CPU, and said so
+
+    fa = r["false_acceptances"]
+    assert len(fa["runs"]) == suite.QUICK_PLACEBO_RUNS and fa["accepted"] >= fa["not_reproduced"] >= 0
+    assert isinstance(fa["met"], bool) and fa["why_nothing_helps"]
+    o = r["overheads"]
+    assert "error" not in o, o.get("error")
+    assert o["summary"] and all(s["instrumented_vs_bare"] is not None for s in o["summary"])
+    assert {"oracle_every_example", "better_than_blind_on_half", "diagnosis", "no_false_acceptances"} <= set(r["targets"])
+
+    md = out_md.read_text()
+    assert md.startswith("# autotune benchmark suite (--quick)")
+    for section in ("## Targets", "## Methods against the oracle", "## Grids", "## Diagnosis", "## Rule of thumb",
+                    "## False acceptances", "## Overheads"):
+        assert section in md
+    for name in EXAMPLES:
+        assert f"| {name} | autotune |" in md
+
+
+def test_every_grid_holds_the_default_first_and_no_duplicates():
+    from autotune.config import TrainConfig
+
+    for case in CASES + QUICK_CASES:
+        configs = case.configs()
+        assert configs[0] == TrainConfig(), case.name
+        assert len({tuple(sorted(c.flat().items())) for c in configs}) == len(configs), case.name
+        assert case.workload().batch_size > 0
+
+
+def test_unknown_example_is_bad_input(capsys):
+    assert main(["--quick", "--examples", "nope"]) == 2
+    assert "--examples" in capsys.readouterr().err
+    assert [c.name for c in select(CASES, "memory_bound.py,input_bound")] == ["input_bound", "memory_bound"]
