@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from autotune import Protocol, TrainConfig, diagnose, load_workload, measure
+from autotune.apply import DEFAULT_THREADS
 
 CASES = [
     ("input_bound", "input", None),
@@ -17,10 +18,20 @@ CASES = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    yield
+    torch.set_num_threads(DEFAULT_THREADS)
+
+
 @pytest.mark.parametrize("name,expected,limit", CASES)
 def test_planted_bottleneck_is_diagnosed(example, name, expected, limit):
     wl = load_workload(example(name))
-    m = measure(wl, TrainConfig(), torch.device("cpu"), Protocol(windows=2, steps=8, warmup_steps=2))
+    # One intra-op thread: the plants do not depend on threads, and with two, any other
+    # process on these 2 cores can stall OpenMP barriers 50-100x (DESIGN.md), turning
+    # microsecond ops into milliseconds and the launch-bound example into "compute".
+    config = TrainConfig().with_changes({"backend.num_threads": 1})
+    m = measure(wl, config, torch.device("cpu"), Protocol(windows=2, steps=8, warmup_steps=2))
     s = m.summary()
     v = diagnose(s, "cpu", limit)
     assert v.bottleneck.value == expected, (v.reason, v.evidence)
