@@ -18,7 +18,6 @@ import torch
 from . import __version__
 from .config import TrainConfig
 from .diagnose import ADVICE, acceptable, diagnose
-from .measure import Protocol
 from .recipes import Recipe, matching
 from .errors import UserError
 from .runner import Runner, TrialFailed

@@ -4,9 +4,7 @@ the reports and the tuned config, also when interrupted."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import time
 from pathlib import Path
 from typing import Any
 

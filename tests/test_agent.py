@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import optuna
-import pytest
 
 from autotune.agent import Agent, Settings
 from autotune.recipes import load_recipes
