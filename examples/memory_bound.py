@@ -5,8 +5,8 @@ limit it exceeds.
 Planted bottleneck: `memory` (given `--memory-limit`). The fixes: activation checkpointing
 of the blocks (recompute in backward) or micro-batches with gradient accumulation.
 
-    autotune profile examples/memory_bound.py --memory-limit 160MB
-    autotune tune examples/memory_bound.py --memory-limit 160MB
+    autotune profile examples/memory_bound.py --memory-limit 64MB
+    autotune tune examples/memory_bound.py --memory-limit 64MB
 """
 
 from __future__ import annotations

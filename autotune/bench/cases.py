@@ -45,7 +45,7 @@ class Case:
         isolate: Measure each config in its own process. Needed where memory is judged:
             in one process the profiler's "Total Allocated" keeps tensors that an earlier
             profiled run allocated and freed after it stopped, so the measured peak creeps up
-            (about 0.5 MiB per measurement on memory_bound).
+            (0.26 MiB per measurement on memory_bound, against an 8 MiB limit).
         quick: Whether this is a --quick case (selects the table a worker loads it from).
         note: Why this workload and grid, in one line.
     """
