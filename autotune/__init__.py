@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from . import apply
 from .config import TrainConfig, load_config, save_config
-from .diagnose import Bottleneck, Verdict, diagnose
+from .diagnose import diagnose
 from .measure import Measurement, Protocol, measure
+from .record import (
+    Bottleneck, FailureKind, Recommendation, Report, Step, Summary, Trial, TrialState, Verdict, report_schema,
+)
+from .version import __version__
 from .workload import Workload, load_workload
 
 __all__ = [
-    "apply", "Bottleneck", "Measurement", "Protocol", "TrainConfig", "Verdict", "Workload",
-    "diagnose", "load_config", "load_workload", "measure", "save_config",
+    "apply", "Bottleneck", "FailureKind", "Measurement", "Protocol", "Recommendation", "Report", "Step", "Summary",
+    "TrainConfig", "Trial", "TrialState", "Verdict", "Workload", "__version__", "diagnose", "load_config",
+    "load_workload", "measure", "report_schema", "save_config",
 ]
-__version__ = "0.1.0"

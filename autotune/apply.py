@@ -18,6 +18,7 @@ loop (`autotune.loop.Trainer`) is built from, so production runs what was measur
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from typing import Any
 
@@ -27,12 +28,16 @@ from . import batch as batching
 from .config import TrainConfig
 from .errors import ConfigError
 
-DEFAULT_THREADS = torch.get_num_threads()
+@functools.cache
+def default_threads() -> int:
+    """The process's intra-op thread count before autotune first changed it: what
+    `backend.num_threads: null` means (read on first use, never at import)."""
+    return torch.get_num_threads()
 
 
 def apply_backend(config: TrainConfig, device: torch.device | str) -> int:
     """Intra-op threads, TF32 and cuDNN autotuning; returns the thread count set."""
-    threads = config.backend.num_threads or DEFAULT_THREADS
+    threads = config.backend.num_threads or default_threads()
     torch.set_num_threads(threads)
     if torch.device(device).type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = config.precision.tf32

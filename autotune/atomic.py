@@ -1,10 +1,13 @@
-"""Atomic file writes: a crash never leaves a half-written report or config."""
+"""Files autotune writes: atomically (a crash never leaves a half-written report or
+config), and only where the user's flags point at a writable place."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
+
+from .errors import UserError
 
 
 def write_text(path: Path, text: str) -> None:
@@ -20,3 +23,28 @@ def write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def writable_file(path: str, flag: str) -> Path:
+    """`path` for a file a flag names, once its folder exists and can be written."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if not os.access(p.parent, os.W_OK):
+            raise PermissionError
+    except (OSError, PermissionError):
+        raise UserError(f"{flag} {path!r}: cannot write there; give a path in a writable folder.") from None
+    return p
+
+
+def output_folder(path: str, flag: str = "--out") -> Path:
+    """The output folder, created, once a file can really be written into it."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".autotune-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"{flag} {path!r} is not a writable folder ({exc.strerror}); give a folder you can write to.") from None
+    return out

@@ -1,62 +1,183 @@
-"""The `autotune` command line: an explicit table of commands, one function each."""
+"""The `autotune` command line: an explicit table of commands, one function each.
+
+This layer only parses flags, calls the modules that do the work, and renders what they
+return; nothing below imports it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
+from pathlib import Path
 
-from .errors import UserCodeError, UserError
+from .errors import UserCodeError, UserError, exit_code
 
 EXAMPLES = {
     "profile": "examples:\n  autotune profile examples/input_bound.py\n  autotune profile examples/memory_bound.py --memory-limit 64MB --json profile.json --trace trace.json",
     "tune": "examples:\n  autotune tune examples/input_bound.py --out runs/input\n  autotune tune my_train.py:build --trials 30 --budget 20m --storage sqlite:///study.db",
     "train": "examples:\n  autotune train examples/input_bound.py --config runs/input/tuned.yaml --steps 200",
     "recipes": "examples:\n  autotune recipes\n  autotune recipes --recipes my_recipes/",
-    "report": "examples:\n  autotune report runs/input",
+    "report": "examples:\n  autotune report runs/input\n  autotune report --schema > report.schema.json",
 }
+TRAIN_WARMUP = 5  # steps before `autotune train`'s steady-state clock starts
 
 
-def _profile(args) -> int:
-    from .commands import profile
+def _protocol(args):
+    from .measure import Protocol
 
-    return profile(args)
-
-
-def _tune(args) -> int:
-    from .commands import tune
-
-    return tune(args)
+    return Protocol.from_flags(args.seed, args.windows, args.steps, args.warmup)
 
 
-def _train(args) -> int:
-    from .commands import train
+def profile(args: argparse.Namespace) -> int:
+    from .atomic import write_text, writable_file
+    from .config import TrainConfig
+    from .diagnose import ADVICE, diagnose
+    from .loop import resolve_device
+    from .measure import measure
+    from .recipes import load_recipes, matching
+    from .report import terminal
+    from .units import parse_size
+    from .workload import facts, load_workload
 
-    return train(args)
+    json_path = writable_file(args.json, "--json") if args.json else None
+    trace_path = writable_file(args.trace, "--trace") if args.trace else None
+    limit = parse_size(args.memory_limit) if args.memory_limit else None
+    device = resolve_device(args.device)
+    protocol = _protocol(args)
+    workload = load_workload(args.target)
+    recipes = load_recipes()
+    with terminal.progress() as prog:
+        task = prog.add_task(f"measuring {workload.name}", total=protocol.windows, note="")
+        m = measure(workload, TrainConfig(), device, protocol, str(trace_path) if trace_path else None,
+                    on_window=lambda i, w: prog.update(task, advance=1, note=f"{w.samples_per_s:.0f} samples/s"))
+    summary = m.summary()
+    verdict = diagnose(summary, device.type, limit)
+    found = facts(workload)
+    fits = matching(recipes, verdict.bottleneck, device.type, found)
+    terminal.print_profile(workload.name, device.type, workload.batch_size, summary, verdict, fits, found,
+                           ADVICE.get(verdict.bottleneck, "see the evidence above."))
+    if json_path:
+        doc = {
+            "workload": workload.name, "device": device.type, "protocol": protocol.describe().model_dump(mode="json"),
+            "measurement": summary.model_dump(mode="json"), "diagnosis": verdict.model_dump(mode="json"),
+            "memory_limit_bytes": limit, "recipes": [r.name for r in fits],
+        }
+        write_text(json_path, json.dumps(doc, indent=2))
+        terminal.console.print(f"wrote {json_path}")
+    if trace_path:
+        terminal.console.print(f"wrote trace {trace_path} (open in https://ui.perfetto.dev or chrome://tracing)")
+    return 0
 
 
-def _recipes(args) -> int:
-    from .commands import recipes
+def tune(args: argparse.Namespace) -> int:
+    from .agent import Agent, Settings
+    from .atomic import output_folder
+    from .errors import EXIT_INTERRUPTED
+    from .loop import resolve_device
+    from .recipes import load_recipes, select
+    from .report import terminal, write_reports, write_tuned_config
+    from .runner import Runner
+    from .storage import default_url, open_storage, redact, study_name
+    from .units import parse_duration, parse_size
+    from .workload import facts, load_workload
 
-    return recipes(args)
+    if args.trials < 1:
+        raise UserError(f"--trials {args.trials}: give a positive number of trials.")
+    budget = parse_duration(args.budget) if args.budget else None
+    limit = parse_size(args.memory_limit) if args.memory_limit else None
+    timeout = parse_duration(args.trial_timeout, "--trial-timeout")
+    device = resolve_device(args.device)
+    out = output_folder(args.out)
+    recipes = load_recipes(args.recipes)
+    only = select(recipes, args.only)
+    protocol = _protocol(args)
+    workload = load_workload(args.target)
+    url = args.storage or default_url(out)
+    storage = open_storage(url)
+    runner = Runner(workload, args.target, device, protocol, isolate=not args.in_process, timeout_s=timeout)
+    agent = Agent(runner, recipes, storage, args.study or study_name(workload.name),
+                  Settings(args.trials, budget, limit, args.seed, only), facts(workload), storage_label=redact(url))
+    code = 0
+    with terminal.progress() as prog:
+        agent.events = terminal.Display(prog)
+        try:
+            agent.run()
+        except KeyboardInterrupt:
+            agent.report.stop_reason = ("interrupted (Ctrl-C): the report holds what was measured; "
+                                        "rerun the same command to resume")
+            code = EXIT_INTERRUPTED
+    report = agent.report
+    if report.baseline is None:
+        terminal.console.print("interrupted before the baseline was measured: nothing to report")
+        return code
+    write_reports(report, out)
+    write_tuned_config(report, out)
+    terminal.print_tune_summary(report, out)
+    return code
 
 
-def _report(args) -> int:
-    from .commands import report
+def train(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .loop import Trainer, resolve_device
+    from .report import terminal
+    from .workload import load_workload
 
-    return report(args)
+    config = load_config(args.config)
+    device = resolve_device(args.device)
+    workload = load_workload(args.target)
+    if args.steps < 1:
+        raise UserError(f"--steps {args.steps}: give a positive number of steps.")
+    t0 = time.perf_counter()
+    trainer = Trainer(workload, config, device, seed=args.seed)
+    setup = time.perf_counter() - t0
+    warm = min(TRAIN_WARMUP, args.steps - 1)
+    run = trainer.run(args.steps, warm)
+    terminal.console.print(
+        f"[bold]{terminal.escape(workload.name)}[/]: {args.steps} steps with {terminal.escape(config.short())} in "
+        f"{run.wall_s:.2f} s (setup {setup:.2f} s); steady state after {warm} steps: "
+        f"{run.steady_samples_per_s(workload.batch_size):.1f} samples/s; loss {run.losses[0]:.4f} -> {run.losses[-1]:.4f}"
+    )
+    return 0
+
+
+def recipes(args: argparse.Namespace) -> int:
+    from .recipes import load_recipes
+    from .report import terminal
+
+    rs = load_recipes(args.recipes)
+    terminal.console.print(terminal.recipe_table(rs))
+    for r in rs:
+        terminal.console.print(f"[bold]{terminal.escape(r.name)}[/] trade-offs: {terminal.escape(r.tradeoffs)}")
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    from .record import report_schema
+    from .report import rerender
+
+    if args.schema:
+        sys.stdout.write(json.dumps(report_schema(), indent=2) + "\n")
+        return 0
+    if not args.dir:
+        raise UserError("autotune report needs a tune output folder (autotune report DIR), or --schema.")
+    written = rerender(Path(args.dir))
+    print("wrote " + " and ".join(str(p) for p in written))
+    return 0
 
 
 _COMMANDS = {
-    "profile": (_profile, "measure and diagnose a training step; changes nothing"),
-    "tune": (_tune, "the whole loop: diagnose, search fixes, keep what measurably helps"),
-    "train": (_train, "train with a config through the very loop that was measured"),
-    "recipes": (_recipes, "the recipe ladder, cheapest first, with what each targets"),
-    "report": (_report, "render the reports again from a tune output folder"),
+    "profile": (profile, "measure and diagnose a training step; changes nothing"),
+    "tune": (tune, "the whole loop: diagnose, search fixes, keep what measurably helps"),
+    "train": (train, "train with a config through the very loop that was measured"),
+    "recipes": (recipes, "the recipe ladder, cheapest first, with what each targets"),
+    "report": (report, "render the reports again from a tune output folder"),
 }
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="autotune", description=__doc__)
+    p = argparse.ArgumentParser(prog="autotune", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     cmds = {}
     for name, (_, help_text) in _COMMANDS.items():
@@ -90,7 +211,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--steps", type=int, default=100, help="optimizer steps (default 100)")
     r.add_argument("--seed", type=int, default=0)
     cmds["recipes"].add_argument("--recipes", help="folder of extra or overriding recipe files")
-    cmds["report"].add_argument("dir", help="a tune output folder")
+    cmds["report"].add_argument("dir", nargs="?", help="a tune output folder")
+    cmds["report"].add_argument("--schema", action="store_true", help="print the JSON schema of report.json and exit")
     return p
 
 
@@ -98,16 +220,16 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _COMMANDS[args.command][0](args)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except UserCodeError as exc:
         print(exc.user_traceback(), file=sys.stderr)
         print(f"error: {exc} (this is an error in your workload code, see the traceback above)", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
+        return exit_code(exc)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    except KeyboardInterrupt as exc:
         print("interrupted", file=sys.stderr)
-        return 130
+        return exit_code(exc)
 
 
 def run() -> None:

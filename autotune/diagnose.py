@@ -7,20 +7,11 @@ kept as evidence either way.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from enum import Enum
 from typing import Any
 
+from .record import Bottleneck, Summary, Verdict
 
-class Bottleneck(str, Enum):
-    INPUT = "input"
-    TRANSFER = "transfer"
-    SYNC = "sync"
-    LAUNCH = "launch"
-    COMPUTE = "compute"
-    MEMORY = "memory"
-    COMMUNICATION = "communication"
-
+__all__ = ["ADVICE", "Bottleneck", "Verdict", "acceptable", "diagnose"]
 
 # Data wait above 5% of the step: the PyTorch profiler TensorBoard plugin's input-bound rule.
 INPUT_SHARE = 0.05
@@ -50,29 +41,12 @@ ADVICE = {
 }
 
 
-@dataclass
-class Verdict:
-    bottleneck: Bottleneck
-    slowest_stage: str
-    evidence: dict[str, Any] = field(default_factory=dict)
-    reason: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["bottleneck"] = self.bottleneck.value
-        return d
-
-
-def _share(summary: dict[str, Any], stage: str) -> float:
-    return summary["stages"][stage]["share"]
-
-
-def diagnose(summary: dict[str, Any], device: str, memory_limit: int | None = None, oom: bool = False) -> Verdict:
-    """Classify one measurement summary (from `Measurement.summary()`)."""
-    sig = summary.get("signals", {})
-    stages = {k: v["share"] for k, v in summary["stages"].items()}
+def diagnose(summary: Summary, device: str, memory_limit: int | None = None, oom: bool = False) -> Verdict:
+    """Classify one measurement summary."""
+    sig = summary.signals.model_dump()
+    stages = {k: v.share for k, v in summary.stages.items()}
     slowest = max(stages, key=stages.get)
-    peak = summary.get("peak_memory_bytes")
+    peak = summary.peak_memory_bytes
     ev: dict[str, Any] = {
         "stage_shares": {k: round(v, 4) for k, v in stages.items()},
         "data_share": round(stages["data"], 4), "input_threshold": INPUT_SHARE,
@@ -90,7 +64,7 @@ def diagnose(summary: dict[str, Any], device: str, memory_limit: int | None = No
         ev.update(cpu_mean_op_us_threshold=CPU_MEAN_OP_US, cpu_ops_per_step_threshold=CPU_OPS_PER_STEP)
 
     def verdict(b: Bottleneck, reason: str) -> Verdict:
-        return Verdict(b, slowest, ev, reason)
+        return Verdict(bottleneck=b, slowest_stage=slowest, evidence=ev, reason=reason)
 
     if oom:
         return verdict(Bottleneck.MEMORY, "the step ran out of memory")

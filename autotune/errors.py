@@ -10,6 +10,8 @@ from __future__ import annotations
 import traceback
 from pathlib import Path
 
+from .record import FailureKind
+
 _OUR_ROOT = str(Path(__file__).resolve().parent)
 
 
@@ -55,3 +57,24 @@ def call_user(where: str, fn, *args, **kwargs):
         raise
     except Exception as exc:  # noqa: BLE001 - any failure in user code is theirs to see
         raise UserCodeError(where, exc) from exc
+
+
+class TrialFailed(Exception):
+    """A measurement that could not finish, with its `FailureKind`, reason and detail."""
+
+    def __init__(self, kind: FailureKind | str, reason: str, detail: str = "") -> None:
+        self.kind, self.reason, self.detail = FailureKind(kind), reason, detail
+        super().__init__(f"{self.kind.value}: {reason}")
+
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def exit_code(exc: BaseException) -> int:
+    """The process exit code for an exception that ends a command (CLI and benchmarks alike):
+    2 for bad input or an error in the user's code, 130 for Ctrl-C, 1 for anything else."""
+    if isinstance(exc, (UserError, UserCodeError)):
+        return EXIT_BAD_INPUT
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    return EXIT_FAILURE

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import time
 import warnings
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
@@ -20,14 +22,20 @@ from torch.utils.data import DataLoader
 from . import apply
 from .config import TrainConfig
 from .errors import ConfigError, UserError, call_user
-from .workload import Workload
+from .workload import Workload, has_conv
 
-DEFAULT_THREADS = apply.DEFAULT_THREADS
-# More workers than cores is a knob autotune measures on purpose, not a mistake to warn about.
-warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
 
 
 _NULL = contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _workers_past_cores_allowed() -> Iterator[None]:
+    """More workers than cores is a knob autotune measures on purpose, not a mistake to
+    warn about; the filter holds only while the loader is built or an epoch starts."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+        yield
 
 
 class NullClock:
@@ -45,10 +53,6 @@ def resolve_device(name: str) -> torch.device:
     if name not in ("cpu", "cuda"):
         raise UserError(f"--device {name!r} is not known; use auto, cpu or cuda.")
     return torch.device(name)
-
-
-def has_conv(model: torch.nn.Module) -> bool:
-    return any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in model.modules())
 
 
 def check_applicable(workload: Workload, config: TrainConfig, device: torch.device) -> None:
@@ -109,9 +113,10 @@ class Trainer:
         iterable = isinstance(self.dataset, torch.utils.data.IterableDataset)
         sampler = None if iterable else torch.utils.data.RandomSampler(
             self.dataset, generator=torch.Generator().manual_seed(self.seed))
-        return DataLoader(self.dataset, batch_size=self.workload.batch_size, sampler=sampler, drop_last=True,
-                          generator=torch.Generator().manual_seed(self.seed + 1), collate_fn=self.workload.collate_fn,
-                          **apply.dataloader_kwargs(self.config))
+        with _workers_past_cores_allowed():
+            return DataLoader(self.dataset, batch_size=self.workload.batch_size, sampler=sampler, drop_last=True,
+                              generator=torch.Generator().manual_seed(self.seed + 1),
+                              collate_fn=self.workload.collate_fn, **apply.dataloader_kwargs(self.config))
 
     @property
     def in_flight(self) -> int:
@@ -124,7 +129,9 @@ class Trainer:
         empty_epochs = 0
         while True:
             got = False
-            for b in self.loader:
+            with _workers_past_cores_allowed():
+                epoch = iter(self.loader)
+            for b in epoch:
                 got = True
                 yield b
             if not got:
@@ -179,11 +186,35 @@ class Trainer:
 
     def train(self, steps: int) -> list[float]:
         """Production training for `steps` optimizer steps; the losses as floats."""
-        losses = []
-        stream = self.batches()
-        for _ in range(steps):
+        return self.run(steps).losses
+
+    def run(self, steps: int, warmup: int = 0) -> TrainRun:
+        """Production training for `steps` steps, timing the steady state after `warmup` steps
+        (synchronised only at the clock's two edges)."""
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        stream, losses = self.batches(), []
+        t0 = t_warm = time.perf_counter()
+        for i in range(steps):
+            if i == warmup:
+                sync()
+                t_warm = time.perf_counter()
             losses.append(self.step(next(stream)))
-        return [float(x) for x in losses]
+        sync()
+        t_end = time.perf_counter()
+        return TrainRun([float(x) for x in losses], t_end - t0, t_end - t_warm, steps - min(warmup, steps))
+
+
+@dataclass
+class TrainRun:
+    """What `Trainer.run` did: every loss, the wall time, and the steady-state window."""
+
+    losses: list[float]
+    wall_s: float
+    steady_s: float
+    steady_steps: int
+
+    def steady_samples_per_s(self, batch_size: int) -> float:
+        return self.steady_steps * batch_size / self.steady_s if self.steady_s > 0 else 0.0
 
 
 def check_finite(losses: list[float]) -> bool:

@@ -20,8 +20,9 @@ import torch
 from . import signals
 from .clock import STAGES, clock_for
 from .config import TrainConfig
-from .errors import call_user
+from .errors import UserError, call_user
 from .loop import Trainer
+from .record import ProtocolRecord, Signals, StageTime, StepTime, Summary
 from .workload import Workload
 
 
@@ -47,13 +48,28 @@ class Protocol:
         """(warm-up, measured) steps of one window for a loader holding `in_flight` batches."""
         return self.warmup_steps + in_flight, max(self.steps, 4 * in_flight)
 
-    def describe(self) -> dict[str, Any]:
-        return {
+    def describe(self) -> ProtocolRecord:
+        return ProtocolRecord(
             **asdict(self),
-            "window_rule": "each window: fresh loader iterator, warmup_steps + in_flight warm-up steps, "
+            window_rule="each window: fresh loader iterator, warmup_steps + in_flight warm-up steps, "
             "then max(steps, 4 * in_flight) measured steps; in_flight = num_workers * prefetch_factor",
-            "throughput": "samples / wall time of each window; the run's figure is total samples / total time",
-        }
+            throughput="samples / wall time of each window; the run's figure is total samples / total time",
+        )
+
+    @classmethod
+    def from_flags(cls, seed: int = 0, windows: int | None = None, steps: int | None = None,
+                   warmup: int | None = None) -> Protocol:
+        """The protocol the command-line flags ask for; `None` keeps the default."""
+        kw: dict[str, int] = {}
+        for flag, field_name, least in (("windows", "windows", 2), ("steps", "steps", 1), ("warmup", "warmup_steps", 0)):
+            value = {"windows": windows, "steps": steps, "warmup": warmup}[flag]
+            if value is None:
+                continue
+            if value < least:
+                why = ", so the spread between windows can be measured" if flag == "windows" else ""
+                raise UserError(f"--{flag} {value} is too small; give at least {least}{why}.")
+            kw[field_name] = value
+        return cls(seed=seed, **kw)
 
 
 @dataclass
@@ -80,7 +96,7 @@ class Measurement:
     peak_rss_bytes: int | None = None
     first_losses: list[float] = field(default_factory=list)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> Summary:
         steps = [s for w in self.windows for s in w.steps]
         times = sorted(s["step"] for s in steps)
         n = max(1, len(steps))
@@ -88,24 +104,24 @@ class Measurement:
         total_s = sum(w.wall_s for w in self.windows)
         stage_s = {k: sum(s[k] for s in steps) / n for k in STAGES}
         step_mean = sum(stage_s.values())
-        return {
-            "config": self.config,
-            "step_time_s": {
-                "median": statistics.median(times) if times else None,
-                "p90": times[min(len(times) - 1, int(0.9 * len(times)))] if times else None,
-                "mean": step_mean,
-            },
-            "samples_per_s": sum(w.samples for w in self.windows) / total_s if total_s else 0.0,
-            "windows_samples_per_s": thr,
-            "window_cv": statistics.pstdev(thr) / statistics.mean(thr) if len(thr) > 1 and statistics.mean(thr) else 0.0,
-            "stages": {k: {"s": v, "share": v / step_mean if step_mean else 0.0} for k, v in stage_s.items()},
-            "peak_memory_bytes": self.peak_memory_bytes,
-            "peak_rss_bytes": self.peak_rss_bytes,
-            "one_time": self.one_time,
-            "signals": self.signals,
-            "measured_steps": len(steps),
-            "first_losses": self.first_losses,
-        }
+        return Summary(
+            config=self.config,
+            step_time_s=StepTime(
+                median=statistics.median(times) if times else None,
+                p90=times[min(len(times) - 1, int(0.9 * len(times)))] if times else None,
+                mean=step_mean,
+            ),
+            samples_per_s=sum(w.samples for w in self.windows) / total_s if total_s else 0.0,
+            windows_samples_per_s=thr,
+            window_cv=statistics.pstdev(thr) / statistics.mean(thr) if len(thr) > 1 and statistics.mean(thr) else 0.0,
+            stages={k: StageTime(s=v, share=v / step_mean if step_mean else 0.0) for k, v in stage_s.items()},
+            peak_memory_bytes=self.peak_memory_bytes,
+            peak_rss_bytes=self.peak_rss_bytes,
+            one_time=self.one_time,
+            signals=Signals(**self.signals),
+            measured_steps=len(steps),
+            first_losses=self.first_losses,
+        )
 
 
 class Session:

@@ -1,12 +1,13 @@
 """Run measurements in a fresh process per config (default) or in this process.
 
-Both give a `Handle` with the same four calls, so the agent never knows which it has.
+Both give a `Handle` (the declared interface below) with the same four calls, so the agent never knows which it has.
 In a worker process a crash, a hang past the timeout, or an out-of-memory error fails
 that trial with its reason; the parent goes on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
@@ -16,34 +17,66 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any
+from typing import Callable
+from typing import Protocol as TypingProtocol
 
 import torch
 
 from .config import TrainConfig
-from .errors import UserCodeError, UserError
+from .errors import TrialFailed, UserCodeError, UserError
 from .measure import Protocol, Session
+from .record import FailureKind, Summary
 from .workload import Workload
 
+__all__ = ["Handle", "InProcessHandle", "Runner", "TrialFailed", "TrialRunner", "WorkerHandle", "classify"]
 
-class TrialFailed(Exception):
-    """A measurement that could not finish: `kind` is oom, crash, timeout, user or user_code."""
 
-    def __init__(self, kind: str, reason: str, detail: str = "") -> None:
-        self.kind, self.reason, self.detail = kind, reason, detail
-        super().__init__(f"{kind}: {reason}")
+class Handle(TypingProtocol):
+    """One config's measurement session, open until closed: windows on demand, then a summary."""
+
+    def window(self) -> float:
+        """One protocol window; its throughput (samples/s)."""
+        ...
+
+    def profile(self, trace: str | None = None) -> None:
+        """The profiled steps after the windows (signals, peak memory)."""
+        ...
+
+    def summary(self) -> Summary:
+        ...
+
+    def close(self, kill: bool = False) -> None:
+        ...
+
+
+class TrialRunner(TypingProtocol):
+    """What the search and the agent measure with: `Runner` and `autotune.testing.FakeRunner`."""
+
+    workload: Workload
+    target: str | None
+    device: torch.device
+    protocol: Protocol
+
+    def measure(self, config: TrainConfig, trace: str | None = None,
+                on_window: Callable[[int, float], None] | None = None) -> Summary:
+        ...
+
+    def interleave(self, a: TrainConfig, b: TrainConfig, pairs: int,
+                   on_pair: Callable[[int, float, float], None] | None = None) -> tuple[list[float], list[float]]:
+        ...
 
 
 def classify(exc: BaseException) -> TrialFailed:
+    """The `TrialFailed` an exception raised while measuring stands for."""
     inner = exc.exc if isinstance(exc, UserCodeError) else exc
     if isinstance(inner, torch.OutOfMemoryError) or "out of memory" in str(inner).lower():
-        kind = "oom"
+        kind = FailureKind.OOM
     elif isinstance(exc, UserError):
-        kind = "user"
+        kind = FailureKind.USER
     elif isinstance(exc, UserCodeError):
-        kind = "user_code"
+        kind = FailureKind.USER_CODE
     else:
-        kind = "crash"
+        kind = FailureKind.CRASH
     detail = exc.user_traceback() if isinstance(exc, UserCodeError) else traceback.format_exc(limit=-3)
     return TrialFailed(kind, f"{type(inner).__name__}: {inner}", detail)
 
@@ -67,7 +100,7 @@ class InProcessHandle:
     def profile(self, trace: str | None = None) -> None:
         self._call(self.session.profile, trace)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> Summary:
         return self.session.result.summary()
 
     def close(self, kill: bool = False) -> None:
@@ -85,9 +118,13 @@ class WorkerHandle:
             [sys.executable, "-m", "autotune.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.err, env=env, start_new_session=True,
         )
-        proto = {k: getattr(protocol, k) for k in ("warmup_steps", "steps", "windows", "seed", "profile_steps")}
-        self._ask({"cmd": "open", "target": target, "config": config.model_dump(), "device": device.type, "protocol": proto},
-                  timeout_s + 60)  # start-up includes importing torch and the workload
+        try:
+            self._ask({"cmd": "open", "target": target, "config": config.flat(), "device": device.type,
+                       "protocol": dataclasses.asdict(protocol)},
+                      timeout_s + 60)  # start-up includes importing torch and the workload
+        except BaseException:  # a worker that could not open must not outlive this handle
+            self.close(kill=True)
+            raise
 
     def _stderr_tail(self, n: int = 1500) -> str:
         self.err.seek(0)
@@ -111,12 +148,12 @@ class WorkerHandle:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
         if not ready:
             self._kill()
-            raise TrialFailed("timeout", f"no answer to {cmd['cmd']!r} within {timeout_s:.0f} s; the process was killed")
+            raise TrialFailed(FailureKind.TIMEOUT, f"no answer to {cmd['cmd']!r} within {timeout_s:.0f} s; the process was killed")
         line = self.proc.stdout.readline()
         if not line:
             code = self.proc.wait()
             what = f"killed by signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"exited with code {code}"
-            kind = "oom" if code == -signal.SIGKILL else "crash"
+            kind = FailureKind.OOM if code == -signal.SIGKILL else FailureKind.CRASH
             raise TrialFailed(kind, f"the trial process {what}", self._stderr_tail())
         reply = json.loads(line)
         if not reply.get("ok"):
@@ -129,8 +166,8 @@ class WorkerHandle:
     def profile(self, trace: str | None = None) -> None:
         self._ask({"cmd": "profile", "trace": trace})
 
-    def summary(self) -> dict[str, Any]:
-        return self._ask({"cmd": "summary"})["summary"]
+    def summary(self) -> Summary:
+        return Summary.model_validate(self._ask({"cmd": "summary"})["summary"])
 
     def close(self, kill: bool = False) -> None:
         if kill:
@@ -154,12 +191,13 @@ class Runner:
         self.workload, self.target, self.device, self.protocol = workload, target, device, protocol
         self.isolate, self.timeout_s = isolate, timeout_s
 
-    def open(self, config: TrainConfig):
+    def open(self, config: TrainConfig) -> Handle:
         if self.isolate:
             return WorkerHandle(self.target, config, self.device, self.protocol, self.timeout_s)
         return InProcessHandle(self.workload, config, self.device, self.protocol)
 
-    def measure(self, config: TrainConfig, trace: str | None = None, on_window=None) -> dict[str, Any]:
+    def measure(self, config: TrainConfig, trace: str | None = None,
+                on_window: Callable[[int, float], None] | None = None) -> Summary:
         """Every window of one config, then the profiled run; the summary."""
         t0 = time.perf_counter()
         h = self.open(config)
@@ -174,10 +212,10 @@ class Runner:
             h.close(kill=True)
             raise
         h.close()
-        out["wall_s"] = time.perf_counter() - t0
-        return out
+        return out.model_copy(update={"wall_s": time.perf_counter() - t0})
 
-    def interleave(self, a: TrainConfig, b: TrainConfig, pairs: int, on_pair=None) -> tuple[list[float], list[float]]:
+    def interleave(self, a: TrainConfig, b: TrainConfig, pairs: int,
+                   on_pair: Callable[[int, float, float], None] | None = None) -> tuple[list[float], list[float]]:
         """Windows of A and B in turns (A B B A A B ...), so drift hits both alike."""
         handles = []
         try:

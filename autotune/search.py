@@ -9,20 +9,20 @@ never chosen.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import optuna
 
 from .config import TrainConfig
-from .errors import ConfigError
-from .runner import Runner, TrialFailed
-
-optuna.logging.set_verbosity(optuna.logging.ERROR)  # failures are recorded, not logged
+from .errors import ConfigError, TrialFailed
+from .record import FailureKind, Summary, Trial, TrialState
+from .runner import TrialRunner
 
 # A trial's mean loss over the first measured steps may differ from the baseline's by at
 # most this fraction (AMP and compilation change rounding, not the trajectory).
@@ -52,44 +52,64 @@ def loss_diverged(losses: list[float], reference: list[float]) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def quiet_optuna() -> Iterator[None]:
+    """Optuna's INFO lines off while autotune searches (failures are recorded, not logged),
+    and the caller's own verbosity back afterwards."""
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
+
+
 @dataclass
 class Constraints:
     memory_limit: int | None
     reference_losses: list[float]
 
-    def check(self, summary: dict[str, Any]) -> str | None:
-        peak = summary.get("peak_memory_bytes")
+    def check(self, summary: Summary) -> str | None:
+        peak = summary.peak_memory_bytes
         if self.memory_limit and peak is not None and peak > self.memory_limit:
             return f"peak memory {peak} B exceeds the limit {self.memory_limit} B"
-        return loss_diverged(summary.get("first_losses", []), self.reference_losses)
+        return loss_diverged(summary.first_losses, self.reference_losses)
 
 
-def trial_record(t: optuna.trial.FrozenTrial) -> dict[str, Any]:
-    s = t.user_attrs.get("summary") or {}
-    return {
-        "number": t.number,
-        "changes": t.user_attrs.get("changes", {}),
-        "samples_per_s": t.value if t.state == optuna.trial.TrialState.COMPLETE else None,
-        "state": t.user_attrs.get("state", "ok" if t.state == optuna.trial.TrialState.COMPLETE else "failed"),
-        "reason": t.user_attrs.get("reason"),
-        "peak_memory_bytes": s.get("peak_memory_bytes"),
-        "config": t.user_attrs.get("config"),
-    }
+def stored_summary(t: optuna.trial.FrozenTrial) -> Summary | None:
+    """The summary a trial stored in its user attributes, if it was measured."""
+    raw = t.user_attrs.get("summary")
+    return Summary.model_validate(raw) if raw is not None else None
+
+
+def trial_record(t: optuna.trial.FrozenTrial) -> Trial:
+    complete = t.state == optuna.trial.TrialState.COMPLETE
+    summary = stored_summary(t)
+    return Trial(
+        number=t.number,
+        changes=t.user_attrs.get("changes", {}),
+        samples_per_s=t.value if complete else None,
+        state=TrialState(t.user_attrs.get("state", TrialState.OK if complete else TrialState.FAILED)),
+        reason=t.user_attrs.get("reason"),
+        peak_memory_bytes=summary.peak_memory_bytes if summary else None,
+        config=t.user_attrs.get("config"),
+    )
 
 
 class RecipeSearch:
     """Search one recipe's space from the incumbent; `run` returns the stored study."""
 
     def __init__(self, storage, name: str, space: dict[str, list[Any]], incumbent: TrainConfig,
-                 runner: Runner, constraints: Constraints, seed: int) -> None:
+                 runner: TrialRunner, constraints: Constraints, seed: int) -> None:
         self.space = {k: list(dict.fromkeys([incumbent.get(k), *v])) for k, v in space.items()}
         self.incumbent, self.runner, self.constraints = incumbent, runner, constraints
         self.grid = math.prod(len(v) for v in self.space.values())
         # A small space is walked whole (the incumbent first, then a seeded order); a larger
         # one is searched by TPE from the incumbent.
-        self.study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
-                                         sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=4),
-                                         load_if_exists=True)
+        with quiet_optuna():
+            self.study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
+                                             sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=4),
+                                             load_if_exists=True)
         first = {k: incumbent.get(k) for k in self.space}
         points = [first]
         if self.grid <= GRID_LIMIT:
@@ -97,7 +117,9 @@ class RecipeSearch:
             random.Random(seed).shuffle(rest)
             points += [p for p in rest if p != first]
         waiting = optuna.trial.TrialState.WAITING
-        have = [t.params for t in self.finished()] + [t.params for t in self.study.get_trials(states=(waiting,))]
+        # A waiting trial's values are its fixed params until it runs.
+        have = [t.params for t in self.finished()] + [
+            t.system_attrs.get("fixed_params", t.params) for t in self.study.get_trials(states=(waiting,))]
         for p in points:  # again after an interrupted run: what is not measured yet
             if p not in have:
                 self.study.enqueue_trial(p)
@@ -111,7 +133,7 @@ class RecipeSearch:
         try:
             config = normalized(self.incumbent, params)
         except ConfigError as exc:
-            trial.set_user_attr("state", "infeasible")
+            trial.set_user_attr("state", TrialState.INFEASIBLE.value)
             trial.set_user_attr("reason", "invalid combination: " + "; ".join(exc.errors))
             raise optuna.TrialPruned() from None
         trial.set_user_attr("config", config.flat())
@@ -128,17 +150,18 @@ class RecipeSearch:
         try:
             summary = self.runner.measure(config)
         except TrialFailed as exc:
-            trial.set_user_attr("state", "failed" if exc.kind not in ("oom",) else "infeasible")
-            trial.set_user_attr("reason", f"{exc.kind}: {exc.reason}")
+            state = TrialState.INFEASIBLE if exc.kind is FailureKind.OOM else TrialState.FAILED
+            trial.set_user_attr("state", state.value)
+            trial.set_user_attr("reason", f"{exc.kind.value}: {exc.reason}")
             raise optuna.TrialPruned() from None
-        trial.set_user_attr("summary", summary)
+        trial.set_user_attr("summary", summary.model_dump(mode="json"))
         problem = self.constraints.check(summary)
         if problem:
-            trial.set_user_attr("state", "infeasible")
+            trial.set_user_attr("state", TrialState.INFEASIBLE.value)
             trial.set_user_attr("reason", problem)
             raise optuna.TrialPruned()
-        trial.set_user_attr("state", "ok")
-        return summary["samples_per_s"]
+        trial.set_user_attr("state", TrialState.OK.value)
+        return summary.samples_per_s
 
     def run(self, n_trials: int, deadline: float | None, on_trial: Callable | None = None) -> int:
         """Run until `n_trials` are finished (resumed ones count); returns how many ran now."""
@@ -146,10 +169,12 @@ class RecipeSearch:
         while len(self.finished()) < min(n_trials, self.grid):
             if deadline is not None and time.time() >= deadline:
                 break
-            self.study.optimize(self._objective, n_trials=1, catch=())
+            done: list[optuna.trial.FrozenTrial] = []
+            with quiet_optuna():
+                self.study.optimize(self._objective, n_trials=1, catch=(), callbacks=[lambda _, t: done.append(t)])
             ran += 1
-            if on_trial:
-                on_trial(self.study.trials[-1])
+            if on_trial and done:
+                on_trial(done[-1])
         return ran
 
     def best(self) -> optuna.trial.FrozenTrial | None:

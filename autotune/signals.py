@@ -36,7 +36,8 @@ def persistent_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -
 
 
 @contextlib.contextmanager
-def _quiet_stderr():
+def quiet_stderr():
+    """Silence file descriptor 2 (C-level writes too, e.g. Kineto's log lines) for the block."""
     sys.stderr.flush()
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -62,7 +63,7 @@ def collect(run_steps, steps: int, device: torch.device, trace_path: str | None 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     # Kineto and the CPU allocator print log lines to stderr at every start, stop and free
     # of a block allocated before; exceptions still propagate.
-    with _quiet_stderr(), profile(activities=activities, profile_memory=True) as prof:
+    with quiet_stderr(), profile(activities=activities, profile_memory=True) as prof:
         wall = run_steps(steps)
     fd, tmp = tempfile.mkstemp(suffix=".json")
     os.close(fd)

@@ -30,7 +30,7 @@ def paired_ratio(a: list[float], b: list[float]) -> dict[str, float]:
     return {"ratio": math.exp(m), "low": math.exp(m - half), "high": math.exp(m + half), "pairs": len(logs)}
 
 
-def noise_margin(aa: dict[str, float], min_gain: float) -> float:
+def noise_margin(ratio: float | None, pairs: int, min_gain: float) -> float:
     """The ratio a change's interval must clear: what "no change" measured as (the A/A
     ratio's distance from 1, in either direction), and never less than `1 + min_gain`.
 
@@ -38,5 +38,6 @@ def noise_margin(aa: dict[str, float], min_gain: float) -> float:
     ratio adds what two identical configs differ by on this machine (process placement,
     drift), which an interval from one comparison cannot see.
     """
-    bias = abs(math.log(aa["ratio"])) if aa["pairs"] and aa["ratio"] > 0 else 0.0
+    ok = pairs and ratio is not None and math.isfinite(ratio) and ratio > 0
+    bias = abs(math.log(ratio)) if ok else 0.0
     return math.exp(max(bias, math.log1p(min_gain)))

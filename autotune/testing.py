@@ -1,18 +1,28 @@
-"""Test doubles that imitate `autotune.runner.Runner`, for testing the agent's decisions
-without training: a config's true throughput is a function you give, plus seeded noise."""
+"""Test doubles that imitate the measurement side, for testing the agent's decisions
+without training: a config's true throughput is a function you give, plus seeded noise
+and drift. `FakeRunner` is a real `Runner` whose handles are `FakeHandle`s, so the
+window order of `measure` and `interleave` is the production code's own.
+"""
 
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+import statistics
+from typing import Callable
 
 import torch
 
 from .clock import STAGES
 from .config import TrainConfig
+from .errors import TrialFailed
 from .measure import Protocol
-from .runner import TrialFailed
+from .record import Signals, StageTime, StepTime, Summary
+from .runner import Runner
 from .workload import Workload
+
+__all__ = ["FakeHandle", "FakeRunner", "TrialFailed"]
+
+DEFAULT_STAGES = {"data": 0.0, "forward": 0.5, "backward": 0.5}
 
 
 def _dummy_workload(batch_size: int) -> Workload:
@@ -20,50 +30,85 @@ def _dummy_workload(batch_size: int) -> Workload:
                     optimizer=lambda p: torch.optim.SGD(p, lr=0.1), loss=lambda m, b: m.weight.sum(), batch_size=batch_size)
 
 
-class FakeRunner:
-    """Measures nothing: throughput = `speed(config)` x (1 + noise), stages from `stages(config)`.
+class FakeHandle:
+    """One config's windows drawn from the runner's model of the machine."""
 
-    `speed` may raise `TrialFailed` to imitate a crash; `memory(config)` gives peak bytes.
-    Counts every config it was asked to measure in `measured`.
+    def __init__(self, runner: FakeRunner, config: TrainConfig) -> None:
+        self.runner, self.config, self.windows = runner, config, []
+
+    def window(self) -> float:
+        v = self.runner.draw(self.config)
+        self.windows.append(v)
+        return v
+
+    def profile(self, trace: str | None = None) -> None:
+        return None
+
+    def summary(self) -> Summary:
+        r, thr = self.runner, self.windows or [self.runner.draw(self.config)]
+        mean_thr = statistics.fmean(thr)
+        step = r.workload.batch_size / mean_thr
+        shares = {s: r.stages(self.config).get(s, 0.0) for s in STAGES}
+        total = sum(shares.values()) or 1.0
+        losses = r.losses(self.config)
+        return Summary(
+            config=self.config.flat(), samples_per_s=mean_thr, windows_samples_per_s=list(thr),
+            window_cv=statistics.pstdev(thr) / mean_thr if len(thr) > 1 else 0.0,
+            step_time_s=StepTime(median=step, p90=step * 1.1, mean=step),
+            stages={s: StageTime(s=step * v / total, share=v / total) for s, v in shares.items()},
+            peak_memory_bytes=r.memory(self.config), peak_rss_bytes=10**8,
+            one_time={"setup_s": 0.1, "first_step_s": 0.01},
+            signals=Signals(ops_per_step=10, mean_op_us=500.0, syncs_per_step=0.0, comm_share=0.0),
+            measured_steps=10 * len(thr), first_losses=losses,
+        )
+
+    def close(self, kill: bool = False) -> None:
+        return None
+
+
+class FakeRunner(Runner):
+    """Measures nothing: a window's throughput is `speed(config)` x drift x (1 + noise).
+
+    Args:
+        speed: True throughput of a config; may raise `TrialFailed` to imitate a crash.
+        noise: Standard deviation of each window's relative error.
+        drift: Relative change of the machine's speed per window taken (any config), as
+            when a machine warms up or a neighbour starts: windows taken in turns cancel it.
+        stages: Stage shares of a config's step.
+        memory: Peak bytes of a config.
+        losses: First losses of a config (default: the same for every config).
+
+    Counts every config given to `measure` in `measured` and every `interleave` call in
+    `interleaved` (pairs of flat configs).
     """
 
-    def __init__(self, speed: Callable[[TrainConfig], float], *, noise: float = 0.02, seed: int = 0,
+    def __init__(self, speed: Callable[[TrainConfig], float], *, noise: float = 0.02, seed: int = 0, drift: float = 0.0,
                  stages: Callable[[TrainConfig], dict[str, float]] | None = None,
-                 memory: Callable[[TrainConfig], int] | None = None, batch_size: int = 32,
+                 memory: Callable[[TrainConfig], int] | None = None,
+                 losses: Callable[[TrainConfig], list[float]] | None = None, batch_size: int = 32,
                  protocol: Protocol | None = None) -> None:
-        self.speed, self.noise, self.rng = speed, noise, random.Random(seed)
-        self.stages = stages or (lambda c: {"data": 0.0, "forward": 0.5, "backward": 0.5})
+        super().__init__(_dummy_workload(batch_size), "fake.py", torch.device("cpu"), protocol or Protocol(windows=4),
+                         isolate=False)
+        self.speed, self.noise, self.drift, self.rng = speed, noise, drift, random.Random(seed)
+        self.stages = stages or (lambda c: DEFAULT_STAGES)
         self.memory = memory or (lambda c: 1000)
-        self.workload = _dummy_workload(batch_size)
-        self.target, self.device = "fake.py", torch.device("cpu")
-        self.protocol = protocol or Protocol(windows=4)
-        self.measured: list[dict[str, Any]] = []
+        self.losses = losses or (lambda c: [1.0, 0.9])
+        self.windows_taken = 0
+        self.measured: list[dict] = []
+        self.interleaved: list[tuple[dict, dict]] = []
 
-    def _window(self, config: TrainConfig) -> float:
-        return self.speed(config) * (1 + self.rng.gauss(0, self.noise))
+    def draw(self, config: TrainConfig) -> float:
+        level = (1 + self.drift) ** self.windows_taken
+        self.windows_taken += 1
+        return self.speed(config) * level * (1 + self.rng.gauss(0, self.noise))
 
-    def measure(self, config: TrainConfig, trace: str | None = None, on_window=None) -> dict[str, Any]:
+    def open(self, config: TrainConfig) -> FakeHandle:
+        return FakeHandle(self, config)
+
+    def measure(self, config: TrainConfig, trace: str | None = None, on_window=None) -> Summary:
         self.measured.append(config.flat())
-        thr = [self._window(config) for _ in range(self.protocol.windows)]
-        mean_thr = sum(thr) / len(thr)
-        step = self.workload.batch_size / mean_thr
-        shares = {s: self.stages(config).get(s, 0.0) for s in STAGES}
-        total = sum(shares.values()) or 1.0
-        return {
-            "config": config.flat(), "samples_per_s": mean_thr, "windows_samples_per_s": thr, "window_cv": self.noise,
-            "step_time_s": {"median": step, "p90": step * 1.1, "mean": step},
-            "stages": {s: {"s": step * v / total, "share": v / total} for s, v in shares.items()},
-            "peak_memory_bytes": self.memory(config), "peak_rss_bytes": 10**8,
-            "one_time": {"setup_s": 0.1, "first_step_s": 0.01}, "signals": {"ops_per_step": 10, "mean_op_us": 500.0,
-                                                                           "syncs_per_step": 0.0, "comm_share": 0.0},
-            "measured_steps": 10, "first_losses": [1.0, 0.9], "wall_s": 0.0,
-        }
+        return super().measure(config, trace, on_window)
 
     def interleave(self, a: TrainConfig, b: TrainConfig, pairs: int, on_pair=None) -> tuple[list[float], list[float]]:
-        xs, ys = [], []
-        for _ in range(pairs):
-            xs.append(self._window(a)), ys.append(self._window(b))
-        return xs, ys
-
-
-__all__ = ["FakeRunner", "TrialFailed"]
+        self.interleaved.append((a.flat(), b.flat()))
+        return super().interleave(a, b, pairs, on_pair)

@@ -22,7 +22,7 @@ def _failure(exc: BaseException) -> dict:
     from .runner import classify
 
     f = classify(exc)
-    return {"ok": False, "kind": f.kind, "error": f.reason, "traceback": f.detail}
+    return {"ok": False, "kind": f.kind.value, "error": f.reason, "traceback": f.detail}
 
 
 def main() -> None:
@@ -50,7 +50,7 @@ def main() -> None:
                 session.profile(cmd.get("trace"))
                 _reply(out, {"ok": True})
             elif cmd["cmd"] == "summary":
-                _reply(out, {"ok": True, "summary": session.result.summary()})
+                _reply(out, {"ok": True, "summary": session.result.summary().model_dump(mode="json")})
             else:
                 _reply(out, {"ok": False, "kind": "crash", "error": f"unknown command {cmd['cmd']!r}"})
         except BaseException as exc:  # noqa: BLE001 - every failure is reported to the parent

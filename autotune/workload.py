@@ -69,7 +69,21 @@ class Workload:
         return ds
 
 
-def _load_module_from_file(path: Path, target: str):
+def has_conv(model: torch.nn.Module) -> bool:
+    """Whether the model has convolutions (what channels_last can speed up)."""
+    return any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in model.modules())
+
+
+def facts(workload: Workload) -> dict[str, bool]:
+    """What recipes may require, found by looking at a freshly built model."""
+    torch.manual_seed(0)
+    model = call_user("the workload's model factory", workload.model)
+    return {"conv": has_conv(model), "checkpoint_blocks": bool(workload.checkpoint_blocks)}
+
+
+def load_module_from_file(path: Path, target: str):
+    """Import a workload file once; its folder is on `sys.path` only while it imports
+    (so it can import its neighbours) and `sys.path` is left as it was."""
     if not path.is_file():
         raise UserError(f"target {target!r}: file {str(path)!r} does not exist; give a path to a Python file that defines `workload()`.")
     mod_name = f"_autotune_target_{abs(hash(str(path.resolve())))}"
@@ -78,12 +92,15 @@ def _load_module_from_file(path: Path, target: str):
     spec = importlib.util.spec_from_file_location(mod_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
+    saved = list(sys.path)
     sys.path.insert(0, str(path.parent.resolve()))
     try:
         call_user(f"importing {path}", spec.loader.exec_module, module)
     except BaseException:
         sys.modules.pop(mod_name, None)
         raise
+    finally:
+        sys.path[:] = saved
     return module
 
 
@@ -93,7 +110,7 @@ def load_workload(target: str) -> Workload:
     path_part, sep, func_name = target.rpartition(":") if ":" in target else (target, "", "")
     func_name = func_name or "workload"
     if path_part.endswith(".py") or "/" in path_part or Path(path_part).suffix == ".py":
-        module = _load_module_from_file(Path(path_part), target)
+        module = load_module_from_file(Path(path_part), target)
     else:
         if not path_part:
             raise UserError(f"target {target!r} is empty: write file.py, file.py:func or package.module:func.")

@@ -1,3 +1,6 @@
+"""Shared fixtures: the examples' targets, tiny workloads written as target files, and
+the process state (intra-op threads) every test leaves as it found it."""
+
 from __future__ import annotations
 
 import sys
@@ -7,9 +10,13 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(EXAMPLES))
+sys.path.insert(0, str(TESTS))
+sys.path.insert(0, str(ROOT))  # the benchmarks package, from the checkout
 
+from workloads import write_target  # noqa: E402 - needs the path above
 
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
@@ -20,7 +27,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """Trainers set the process's intra-op threads; every test leaves them as found."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def example():
     """`example("input_bound")` is the target string of that example's small version."""
     return lambda name, fn="small": f"{EXAMPLES / (name + '.py')}:{fn}"
+
+
+@pytest.fixture
+def tiny_target(tmp_path):
+    """`tiny_target("name.py", body)` writes a target file whose body can use the shared
+    tiny workloads (`make(...)` builds one); returns its path."""
+
+    return lambda name, body: write_target(tmp_path, name, body)

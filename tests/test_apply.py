@@ -51,5 +51,5 @@ def test_hand_written_loop_with_helpers_matches_the_trainer():
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(total)
-    torch.set_num_threads(apply.DEFAULT_THREADS)
+    torch.set_num_threads(apply.default_threads())
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(reference), rtol=1e-5, atol=1e-6)

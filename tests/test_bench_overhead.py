@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import torch
 
-from autotune.bench import overhead
+from benchmarks import overhead
 
 ARMS = ("bare", "autotune", "profiler")
 

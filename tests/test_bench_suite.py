@@ -7,13 +7,15 @@ mean nothing, and targets are reported, never asserted.
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from autotune.bench import suite
-from autotune.bench.__main__ import main
-from autotune.bench.cases import CASES, QUICK_CASES, select
+from benchmarks import suite
+from benchmarks.__main__ import main
+from benchmarks.cases import CASES, QUICK_CASES, select
 
 EXAMPLES = ("input_bound", "memory_bound")  # an in-process case and an isolated one
 

@@ -12,58 +12,10 @@ import pytest
 import torch
 
 from autotune.cli import main
+from workloads import write_target as write
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--device", "cpu", "--windows", "2", "--steps", "4", "--warmup", "1"]
-
-HEADER = '''
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-import autotune
-
-
-class Vectors(torch.utils.data.Dataset):
-    def __init__(self, n=64):
-        g = torch.Generator().manual_seed(0)
-        self.x = torch.randn(n, 8, generator=g)
-        self.y = torch.randint(0, 3, (n,), generator=g)
-
-    def __len__(self):
-        return len(self.x)
-
-    def __getitem__(self, i):
-        return self.x[i], self.y[i]
-
-
-class Empty(torch.utils.data.IterableDataset):
-    def __iter__(self):
-        return iter(())
-
-
-def ce(model, batch):
-    return F.cross_entropy(model(batch[0]), batch[1])
-
-
-def make(**kw):
-    base = dict(
-        name="tiny-cli",
-        model=lambda: nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)),
-        dataset=lambda: Vectors(64),
-        optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
-        loss=ce,
-        batch_size=16,
-    )
-    base.update(kw)
-    return autotune.Workload(**base)
-'''
-
-
-def write(tmp_path: Path, name: str, body: str) -> Path:
-    path = tmp_path / name
-    path.write_text(HEADER + "\n\n" + textwrap.dedent(body))
-    return path
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
@@ -83,13 +35,6 @@ def assert_user_error(code: int, err: str, *needles: str) -> None:
 @pytest.fixture
 def good(tmp_path):
     return write(tmp_path, "good.py", "def workload():\n    return make()\n")
-
-
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
 
 
 # --- the target ------------------------------------------------------------------------
@@ -112,8 +57,8 @@ def test_target_without_the_function(capsys, good):
     # the default name is `workload`
     other = good.parent / "nofunc.py"
     other.write_text("x = 1\n")
-    code, _, err = run_cli(capsys, "train", other, "--config", good, "--device", "cpu")
-    assert code == 2 and "Traceback" not in err
+    code, _, err = run_cli(capsys, "profile", other, *FAST)
+    assert_user_error(code, err, "has no function 'workload'", "def workload()")
 
 
 def test_function_that_does_not_return_a_workload(capsys, tmp_path):
@@ -162,7 +107,7 @@ def test_train_with_a_good_config_succeeds(capsys, tmp_path, good):
     cfg.write_text("memory:\n  micro_batch_size: 8\n")
     code, out, err = run_cli(capsys, "train", good, "--config", cfg, "--device", "cpu", "--steps", "3")
     assert code == 0, err
-    assert "tiny-cli" in out and "3 steps" in out and "memory.micro_batch_size=8" in out
+    assert "tiny: 3 steps" in out and "memory.micro_batch_size=8" in out
 
 
 def test_train_zero_steps(capsys, tmp_path, good):
@@ -306,9 +251,9 @@ def test_profile_succeeds_and_writes_json(capsys, tmp_path, good):
     out_json = tmp_path / "out" / "profile.json"
     code, out, err = run_cli(capsys, "profile", good, *FAST, "--json", out_json, "--memory-limit", "1GiB")
     assert code == 0, err
-    assert "tiny-cli" in out
+    assert "tiny on cpu" in out
     doc = json.loads(out_json.read_text())
-    assert doc["workload"] == "tiny-cli" and doc["device"] == "cpu"
+    assert doc["workload"] == "tiny" and doc["device"] == "cpu"
     assert doc["memory_limit_bytes"] == 2**30
     assert doc["protocol"]["windows"] == 2 and doc["protocol"]["steps"] == 4
     assert doc["measurement"]["measured_steps"] == 8

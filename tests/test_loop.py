@@ -13,95 +13,12 @@ from torch.testing import assert_close
 import autotune
 from autotune.config import from_flat
 from autotune.errors import ConfigError, UserCodeError, UserError
-from autotune.loop import DEFAULT_THREADS, Trainer, check_finite
+from autotune.apply import default_threads
+from autotune.loop import Trainer, check_finite
+from workloads import Block, Empty, Images, Vectors, blocks_model, ce_loss, convnet, make, mlp  # noqa: F401
 
 CPU = torch.device("cpu")
 
-
-@pytest.fixture(autouse=True)
-def _restore_threads():
-    """Trainers set the process's intra-op threads; leave them as found."""
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
-
-
-# --- tiny workloads ----------------------------------------------------------------------
-
-
-class Vectors(torch.utils.data.Dataset):
-    """`n` fixed random vectors with class labels (module level, so workers can use it)."""
-
-    def __init__(self, n: int = 64, dim: int = 8, classes: int = 3, seed: int = 1) -> None:
-        g = torch.Generator().manual_seed(seed)
-        self.x = torch.randn(n, dim, generator=g)
-        self.y = torch.randint(0, classes, (n,), generator=g)
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i):
-        return self.x[i], self.y[i]
-
-
-class Images(torch.utils.data.Dataset):
-    def __init__(self, n: int = 32, seed: int = 2) -> None:
-        g = torch.Generator().manual_seed(seed)
-        self.x = torch.randn(n, 3, 8, 8, generator=g)
-        self.y = torch.randint(0, 4, (n,), generator=g)
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i):
-        return self.x[i], self.y[i]
-
-
-class Empty(torch.utils.data.IterableDataset):
-    def __iter__(self):
-        return iter(())
-
-
-class Block(nn.Module):
-    """A residual MLP block that counts how often its forward runs."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.fc = nn.Linear(dim, dim)
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        return x + torch.tanh(self.fc(x))
-
-
-def mlp() -> nn.Module:
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3))
-
-
-def blocks_model() -> nn.Module:
-    return nn.Sequential(nn.Linear(8, 16), Block(16), Block(16), nn.Linear(16, 3))
-
-
-def convnet() -> nn.Module:
-    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 8 * 8, 4))
-
-
-def ce_loss(model, batch):
-    return F.cross_entropy(model(batch[0]), batch[1])
-
-
-def make(**kw) -> autotune.Workload:
-    base = dict(
-        name="tiny",
-        model=mlp,
-        dataset=lambda: Vectors(64),
-        optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
-        loss=ce_loss,
-        batch_size=16,
-    )
-    base.update(kw)
-    return autotune.Workload(**base)
 
 
 def cfg(**flat) -> autotune.TrainConfig:
@@ -367,7 +284,7 @@ def test_num_threads_sets_the_intra_op_threads():
     trainer(make(), backend__num_threads=3)
     assert torch.get_num_threads() == 3
     trainer(make())  # null: torch's default, as found when autotune was imported
-    assert torch.get_num_threads() == DEFAULT_THREADS
+    assert torch.get_num_threads() == default_threads()
 
 
 # --- compile.mode ------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def test_a_user_recipe_is_used_without_code_changes(tmp_path):
                         stages=lambda c: {"data": 0.9, "forward": 0.1} if c.data.num_workers == 0 else {"forward": 1.0})
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'db.sqlite'}")
     r = Agent(runner, recipes, storage, "s", Settings(), {"conv": False, "checkpoint_blocks": False}).run()
-    assert r["final_config"]["data"]["num_workers"] == 3
+    assert r.final_config["data.num_workers"] == 3
     assert {m["data.num_workers"] for m in runner.measured} == {0, 3}
 
 

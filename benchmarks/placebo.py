@@ -25,15 +25,16 @@ from typing import Any, Callable
 
 import torch
 
-from ..agent import Settings
-from ..commands import workload_facts
-from ..config import TrainConfig
-from ..diagnose import Bottleneck
-from ..recipes import Knob, Recipe
-from ..runner import Runner, TrialFailed
-from ..stats import paired_ratio
-from .cases import Case
-from .methods import run_agent
+from autotune.agent import Settings
+from autotune.config import TrainConfig
+from autotune.measure import Protocol
+from autotune.recipes import Knob, Recipe
+from autotune.record import Bottleneck, Step
+from autotune.runner import Runner
+from autotune.workload import facts
+
+from benchmarks.cases import Case
+from benchmarks.methods import remeasure, run_agent
 
 WHY = ("every candidate runs exactly the baseline's code: channels_last converts only 4-D/5-D tensors and an MLP "
        "has none; non_blocking copies on CPU return the same tensor; so the true ratio of every candidate is 1.")
@@ -50,46 +51,44 @@ def placebo_recipe(device: torch.device) -> Recipe:
     )
 
 
-def _before(step: dict[str, Any]) -> TrainConfig:
-    after = step["after_config"]
-    return TrainConfig().with_changes({**after, **{k: v[0] for k, v in step["changes"].items()}})
+def _before(step: Step) -> TrainConfig:
+    """The config the step's candidate was compared against: its `after_config` with the
+    changed keys put back."""
+    return TrainConfig().with_changes({**step.after_config, **{k: v[0] for k, v in step.changes.items()}})
 
 
-def false_acceptances(case: Case, runs: int, device: torch.device, protocol, log: Callable[[str], None],
+def _dump(model: Any) -> dict[str, Any] | None:
+    return None if model is None else model.model_dump(mode="json")
+
+
+def false_acceptances(case: Case, runs: int, device: torch.device, protocol: Protocol, log: Callable[[str], None],
                       seed0: int = 0) -> dict[str, Any]:
     """`runs` agent runs (sampler seeds seed0, seed0+1, ...) with only the placebo recipe."""
     t0 = time.perf_counter()
     wl = case.workload()
     runner = Runner(wl, None, device, protocol, isolate=False)
     recipe = placebo_recipe(device)
-    facts = workload_facts(wl)
+    wl_facts = facts(wl)
     out_runs = []
     for i in range(runs):
         seed = seed0 + i
         log(f"false acceptances: run {i + 1}/{runs} (seed {seed})")
-        res = run_agent(runner, [recipe], facts, Settings(trials=40, seed=seed, only=(recipe.name,)), log,
-                        study=f"placebo-{seed}")
-        rep = res["report"]
+        rep, wall_s = run_agent(runner, [recipe], wl_facts, Settings(trials=40, seed=seed, only=(recipe.name,)), log,
+                                study=f"placebo-{seed}")
         checks = []
-        for st in rep["steps"]:
-            if not st["accepted"]:
+        for st in rep.steps:
+            if not st.accepted:
                 continue
-            before, after = _before(st), TrainConfig().with_changes(st["after_config"])
-            try:
-                xs, ys = runner.interleave(before, after, protocol.windows)
-                again = paired_ratio(xs, ys)
-            except TrialFailed as exc:
-                again = {"ratio": None, "low": None, "high": None, "pairs": 0, "failed": f"{exc.kind}: {exc.reason}"}
-            reproduced = again.get("low") is not None and again["low"] > 1.0
-            checks.append({"changes": st["changes"], "agent_speedup": st.get("speedup"), "remeasured": again,
-                           "reproduced": reproduced})
-            log(f"  accepted {st['changes']}: re-measured {again.get('ratio')} -> "
-                f"{'reproduced' if reproduced else 'NOT reproduced'}")
+            again = remeasure(runner, _before(st), TrainConfig().with_changes(st.after_config))
+            reproduced = again.low is not None and again.low > 1.0
+            checks.append({"changes": st.changes, "agent_speedup": _dump(st.speedup),
+                           "remeasured": again.model_dump(mode="json", exclude={"a", "b"}), "reproduced": reproduced})
+            log(f"  accepted {st.changes}: re-measured {again.ratio} -> {'reproduced' if reproduced else 'NOT reproduced'}")
         out_runs.append({
-            "seed": seed, "wall_s": res["wall_s"], "noise": rep.get("noise"),
-            "trials_used": rep["budget"]["trials_used"],
-            "decisions": [{"recipe": st["recipe"], "accepted": st["accepted"], "changes": st.get("changes", {}),
-                           "speedup": st.get("speedup"), "reason": st.get("reason")} for st in rep["steps"]],
+            "seed": seed, "wall_s": wall_s, "noise": _dump(rep.noise),
+            "trials_used": rep.budget.trials_used if rep.budget else 0,
+            "decisions": [{"recipe": st.recipe, "accepted": st.accepted, "changes": st.changes,
+                           "speedup": _dump(st.speedup), "reason": st.reason} for st in rep.steps],
             "accepted": len(checks), "checks": checks,
         })
     accepted = sum(r["accepted"] for r in out_runs)

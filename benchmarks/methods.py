@@ -19,12 +19,14 @@ from typing import Any, Callable
 
 import optuna
 
-from ..agent import Agent, Settings
-from ..config import TrainConfig
-from ..errors import ConfigError
-from ..runner import Runner, TrialFailed
-from ..search import Constraints, normalized
-from ..stats import paired_ratio
+from autotune.agent import Agent, Settings
+from autotune.config import TrainConfig
+from autotune.errors import ConfigError, TrialFailed
+from autotune.recipes import Recipe
+from autotune.record import Comparison, Report, Trial
+from autotune.runner import Runner
+from autotune.search import Constraints, normalized, quiet_optuna
+from autotune.stats import paired_ratio
 
 Log = Callable[[str], None]
 
@@ -40,14 +42,14 @@ def measure_one(runner: Runner, config: TrainConfig, constraints: Constraints | 
         s = runner.measure(config)
     except TrialFailed as exc:
         return {"config": config.flat(), "changes": TrainConfig().diff(config), "samples_per_s": 0.0,
-                "measured_samples_per_s": None, "feasible": False, "reason": f"{exc.kind}: {exc.reason}",
+                "measured_samples_per_s": None, "feasible": False, "reason": f"{exc.kind.value}: {exc.reason}",
                 "wall_s": time.perf_counter() - t0, "peak_memory_bytes": None, "first_losses": []}
     problem = constraints.check(s) if constraints else None
     return {"config": config.flat(), "changes": TrainConfig().diff(config),
-            "samples_per_s": 0.0 if problem else s["samples_per_s"], "measured_samples_per_s": s["samples_per_s"],
-            "window_cv": s.get("window_cv"), "feasible": problem is None, "reason": problem,
-            "wall_s": time.perf_counter() - t0, "peak_memory_bytes": s.get("peak_memory_bytes"),
-            "first_losses": s.get("first_losses", [])}
+            "samples_per_s": 0.0 if problem else s.samples_per_s, "measured_samples_per_s": s.samples_per_s,
+            "window_cv": s.window_cv, "feasible": problem is None, "reason": problem,
+            "wall_s": time.perf_counter() - t0, "peak_memory_bytes": s.peak_memory_bytes,
+            "first_losses": s.first_losses}
 
 
 def run_grid(runner: Runner, configs: list[TrainConfig], memory_limit: int | None, log: Log) -> dict[str, Any]:
@@ -80,7 +82,8 @@ def run_blind(runner: Runner, grid: dict[str, list[Any]], n_trials: int, seed: i
     suggested again (also after normalisation) reuses its measurement and still counts."""
     t0 = time.perf_counter()
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
-    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), direction="maximize", sampler=sampler)
+    with quiet_optuna():  # Optuna's INFO line per trial off, as in the agent's searches
+        study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), direction="maximize", sampler=sampler)
     default = TrainConfig()
     study.enqueue_trial({k: default.get(k) if default.get(k) in v else v[0] for k, v in grid.items()})
     seen: dict[tuple, dict[str, Any]] = {}
@@ -100,27 +103,50 @@ def run_blind(runner: Runner, grid: dict[str, list[Any]], n_trials: int, seed: i
         log(f"  blind {len(rows)}/{max(1, n_trials)} {cfg.short()}: {row['samples_per_s']:.0f} samples/s")
         return row["samples_per_s"]
 
-    study.optimize(objective, n_trials=max(1, n_trials), catch=())
+    with quiet_optuna():
+        study.optimize(objective, n_trials=max(1, n_trials), catch=())
     best = max(range(len(rows)), key=lambda i: rows[i]["samples_per_s"])
     return {"trials": len(rows), "measured": len(seen), "wall_s": time.perf_counter() - t0,
             "best_config": rows[best]["config"] or TrainConfig().flat(), "samples_per_s": rows[best]["samples_per_s"],
             "rows": [{k: r.get(k) for k in ("changes", "samples_per_s", "feasible", "reason", "reused")} for r in rows]}
 
 
-def run_agent(runner: Runner, recipes: list, facts: dict[str, bool], settings: Settings, log: Log,
-              study: str = "bench") -> dict[str, Any]:
-    """autotune's agent, as `autotune tune --in-process` runs it, on in-memory storage."""
+class LogEvents:
+    """The agent's events (an `autotune.events.Listener`) as progress lines: rounds and decisions."""
 
-    def events(kind: str, info: dict) -> None:
-        if kind == "recipe":
-            log(f"  autotune round {info['round']}: {info['recipe']} ({info['trials']} trials)")
-        elif kind == "decision":
-            log(f"  autotune {info['recipe']}: {'accepted' if info['accepted'] else 'rejected'}: {info['reason']}")
+    def __init__(self, log: Log) -> None:
+        self.log = log
 
-    agent = Agent(runner, recipes, optuna.storages.InMemoryStorage(), study, settings, facts, events=events)
+    def phase(self, name: str) -> None:
+        return None
+
+    def recipe(self, round_no: int, recipe: str, trials: int) -> None:
+        self.log(f"  autotune round {round_no}: {recipe} ({trials} trials)")
+
+    def trial(self, trial: Trial) -> None:
+        return None
+
+    def decision(self, recipe: str, accepted: bool, reason: str) -> None:
+        self.log(f"  autotune {recipe}: {'accepted' if accepted else 'rejected'}: {reason}")
+
+
+def run_agent(runner: Runner, recipes: list[Recipe], facts: dict[str, bool], settings: Settings, log: Log,
+              study: str = "bench") -> tuple[Report, float]:
+    """autotune's agent, as `autotune tune --in-process` runs it, on in-memory storage:
+    its report and its wall time (s)."""
+    agent = Agent(runner, recipes, optuna.storages.InMemoryStorage(), study, settings, facts, events=LogEvents(log))
     t0 = time.perf_counter()
     report = agent.run()
-    return {"report": report, "wall_s": time.perf_counter() - t0}
+    return report, time.perf_counter() - t0
+
+
+def remeasure(runner: Runner, a: TrainConfig, b: TrainConfig) -> Comparison:
+    """B over A again, from as many interleaved pairs as the protocol has windows."""
+    try:
+        xs, ys = runner.interleave(a, b, runner.protocol.windows)
+    except TrialFailed as exc:
+        return Comparison(ratio=None, low=None, high=None, pairs=0, failed=f"{exc.kind.value}: {exc.reason}")
+    return Comparison(**paired_ratio(xs, ys), a=xs, b=ys)
 
 
 def harmonic(xs: list[float]) -> float:
@@ -146,7 +172,7 @@ def judge(runner: Runner, configs: dict[str, TrainConfig], infeasible: set[str],
             try:
                 handles[k] = runner.open(configs[distinct[k][0]])
             except TrialFailed as exc:
-                failed[k] = f"{exc.kind}: {exc.reason}"
+                failed[k] = f"{exc.kind.value}: {exc.reason}"
         for r in range(runner.protocol.windows):
             for k in (keys if r % 2 == 0 else keys[::-1]):
                 if k in failed or k not in handles:
@@ -154,7 +180,7 @@ def judge(runner: Runner, configs: dict[str, TrainConfig], infeasible: set[str],
                 try:
                     windows[k].append(handles[k].window())
                 except TrialFailed as exc:
-                    failed[k] = f"{exc.kind}: {exc.reason}"
+                    failed[k] = f"{exc.kind.value}: {exc.reason}"
             log(f"  judge round {r + 1}/{runner.protocol.windows}")
     finally:
         for h in handles.values():

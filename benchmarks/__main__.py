@@ -1,4 +1,4 @@
-"""`python -m autotune.bench`: the benchmark suite (see `autotune.bench.suite`)."""
+"""`python -m benchmarks`: the benchmark suite (see `benchmarks.suite`)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,20 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import UserCodeError, UserError
-from . import suite
-from .cases import CASES, QUICK_CASES, select
-from .table import to_markdown
+from autotune.errors import EXIT_OK, UserCodeError, UserError, exit_code
+
+from benchmarks import suite
+from benchmarks.cases import CASES, QUICK_CASES, select
+from benchmarks.table import to_markdown
+
+PROG = "python -m benchmarks"
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m autotune.bench", description=suite.__doc__.split("\n\n")[0],
-        epilog="examples:\n  python -m autotune.bench --json bench.json --md bench.md\n"
-               "  python -m autotune.bench --quick --examples input_bound,compute_bound",
+        prog=PROG, description=suite.__doc__.split("\n\n")[0],
+        epilog=f"examples:\n  {PROG} --json bench.json --md bench.md\n"
+               f"  {PROG} --quick --examples input_bound,compute_bound",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a smoke run: tiny workloads and grids, 2 windows per config")
     p.add_argument("--json", metavar="FILE", help="write the full results as JSON")
@@ -41,13 +44,17 @@ def main(argv: list[str] | None = None) -> int:
             if path and not Path(path).resolve().parent.is_dir():
                 raise UserError(f"--{flag} {path!r}: its folder does not exist; give a path in an existing folder.")
         report = suite.run(cases, quick=args.quick, seed=args.seed, extras=not args.no_extras, log=log)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except UserCodeError as exc:
         print(exc.user_traceback(), file=sys.stderr)
-        return 1
-    report["command"] = " ".join(["python -m autotune.bench", *(argv if argv is not None else sys.argv[1:])])
+        print(f"error: {exc} (an example's own code raised, see the traceback above)", file=sys.stderr)
+        return exit_code(exc)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    except KeyboardInterrupt as exc:
+        print("interrupted", file=sys.stderr)
+        return exit_code(exc)
+    report["command"] = " ".join([PROG, *(argv if argv is not None else sys.argv[1:])])
     md = to_markdown(report)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2, default=str) + "\n")
@@ -55,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.md).write_text(md)
     else:
         sys.stdout.write(md)
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

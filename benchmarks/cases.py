@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
-from ..config import TrainConfig
-from ..errors import ConfigError, UserError
-from ..search import normalized
-from ..workload import Workload, _load_module_from_file
+from autotune.config import TrainConfig
+from autotune.errors import ConfigError, UserError
+from autotune.search import normalized
+from autotune.workload import Workload, load_module_from_file
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MiB = 2**20
 
 INPUT_GRID = {"data.num_workers": [0, 2, 4, 8], "data.prefetch_factor": [2, 4], "backend.num_threads": [None, 1]}
@@ -71,13 +71,14 @@ class Case:
 
     @property
     def spec(self) -> str:
-        """A target string a worker process can load (see `__getattr__` below)."""
-        return f"autotune.bench.cases:{'quick_' if self.quick else ''}{self.name}"
+        """A target string a worker process can load (see `__getattr__` below): this file by
+        its path, so the worker needs no `benchmarks` on its `sys.path`."""
+        return f"{Path(__file__).resolve()}:{'quick_' if self.quick else ''}{self.name}"
 
     def workload(self) -> Workload:
         if not self.path.is_file():
             raise UserError(f"example {str(self.path)!r} is missing; run the benchmark from a source checkout.")
-        module = _load_module_from_file(self.path, str(self.path))
+        module = load_module_from_file(self.path, str(self.path))
         wl = getattr(module, self.fn)(**self.kwargs)
         if not isinstance(wl, Workload):
             raise UserError(f"{self.target} returned {type(wl).__name__}, not an autotune.Workload.")
@@ -136,7 +137,7 @@ QUICK_CASES = tuple(Case(**{**c.__dict__, "quick": True}) for c in _QUICK_CASES)
 
 
 def __getattr__(name: str):
-    """`autotune.bench.cases:memory_bound` (or `:quick_memory_bound`) as a workload target:
+    """`benchmarks/cases.py:memory_bound` (or `:quick_memory_bound`) as a workload target:
     the case's workload function, so that a worker process can build it."""
     quick = name.startswith("quick_")
     for c in QUICK_CASES if quick else CASES:

@@ -1,6 +1,6 @@
 """The benchmark suite: autotune against ground truth on the planted-bottleneck examples.
 
-    python -m autotune.bench [--quick] [--json FILE] [--md FILE] [--examples a,b]
+    python -m benchmarks [--quick] [--json FILE] [--md FILE] [--examples a,b]
 
 For each example (`cases.CASES`), on the machine it runs on, in one process, one after
 the other (never two measurements at once), under one `Protocol`:
@@ -35,16 +35,18 @@ from typing import Any, Callable
 
 import torch
 
-from ..agent import MIN_GAIN, Settings
-from ..commands import workload_facts
-from ..config import TrainConfig
-from ..measure import Protocol
-from ..recipes import load_recipes
-from ..runner import Runner
-from ..search import Constraints
-from .cases import CASES, QUICK_CASES, QUICK_RULE, RULE, Case, RuleOfThumb
-from .methods import judge, ratio, run_agent, run_blind, run_grid, run_single
-from .placebo import false_acceptances
+from autotune.agent import MIN_GAIN, Settings
+from autotune.config import TrainConfig
+from autotune.measure import Protocol
+from autotune.recipes import Recipe, load_recipes
+from autotune.record import Summary
+from autotune.runner import Runner
+from autotune.search import Constraints
+from autotune.workload import facts
+
+from benchmarks.cases import CASES, QUICK_CASES, QUICK_RULE, RULE, Case, RuleOfThumb
+from benchmarks.methods import judge, ratio, run_agent, run_blind, run_grid, run_single
+from benchmarks.placebo import false_acceptances
 
 PROTOCOL = Protocol()  # autotune's standard protocol, for every measurement of the full suite
 QUICK_PROTOCOL = Protocol(warmup_steps=1, steps=3, windows=2, profile_steps=1)
@@ -107,7 +109,7 @@ class CountingRunner(Runner):
     def reset(self) -> None:
         self.measurements, self.pairs = 0, 0
 
-    def measure(self, config: TrainConfig, trace: str | None = None, on_window=None) -> dict[str, Any]:
+    def measure(self, config: TrainConfig, trace: str | None = None, on_window=None) -> Summary:
         self.measurements += 1
         return super().measure(config, trace, on_window)
 
@@ -119,7 +121,7 @@ class CountingRunner(Runner):
         return {"measurements": self.measurements, "interleaved_pairs": self.pairs}
 
 
-def grid_recipes(case: Case, recipes: list, device: torch.device, batch: int) -> tuple[str, ...]:
+def grid_recipes(case: Case, recipes: list[Recipe], device: torch.device, batch: int) -> tuple[str, ...]:
     """The recipes that tune at least one of the grid's knobs on this device."""
     return tuple(r.name for r in recipes if set(r.space(device.type, _cores(), batch)) & set(case.grid))
 
@@ -149,18 +151,17 @@ def run_case(case: Case, rule: RuleOfThumb, protocol: Protocol, device: torch.de
     log(f"{case.name}: autotune (recipes {', '.join(only)})")
     settings = Settings(trials=QUICK_AGENT_TRIALS if case.quick else AGENT_TRIALS, memory_limit=case.memory_limit,
                         seed=seed, only=only)
-    agent = run_agent(runner, recipes, workload_facts(wl), settings, log, study=case.name)
-    agent["count"] = runner.count()
-    rep = agent["report"]
-    used = rep["budget"]["trials_used"]
+    rep, agent_wall_s = run_agent(runner, recipes, facts(wl), settings, log, study=case.name)
+    agent_count = runner.count()
+    used = rep.budget.trials_used if rep.budget else 0
 
     runner.reset()
     log(f"{case.name}: blind Optuna, {used} trials")
     blind = run_blind(runner, case.grid, used, seed, constraints, log)
     blind["count"] = runner.count()
 
-    final_cfg = TrainConfig.model_validate(rep["final_config"])
-    final_peak = rep["final"].get("peak_memory_bytes") or 0
+    final_cfg = TrainConfig().with_changes(rep.final_config or {})
+    final_peak = (rep.final.peak_memory_bytes if rep.final else None) or 0
     chosen = {
         "oracle": TrainConfig().with_changes(grid["best_config"]),
         "default": TrainConfig(),
@@ -174,13 +175,14 @@ def run_case(case: Case, rule: RuleOfThumb, protocol: Protocol, device: torch.de
         ("autotune", not (case.memory_limit and final_peak > case.memory_limit))) if not ok}
     log(f"{case.name}: judging {len({tuple(c.flat().items()) for c in chosen.values()})} distinct configs in turns")
     judged = judge(runner, chosen, infeasible, log)
+    diagnosed = rep.initial_diagnosis  # the agent always diagnoses its baseline before it returns
 
     search = {"oracle": grid["best_samples_per_s"], "default": default_row["samples_per_s"],
               "rule_of_thumb": rule_res["samples_per_s"], "blind_optuna": blind["samples_per_s"],
-              "autotune": rep["final"].get("samples_per_s")}
+              "autotune": rep.final.samples_per_s if rep.final else None}
     trials = {"oracle": grid["trials"], "default": 1, "rule_of_thumb": 1, "blind_optuna": blind["trials"], "autotune": used}
     walls = {"oracle": grid["wall_s"], "default": default_row["wall_s"], "rule_of_thumb": rule_res["wall_s"],
-             "blind_optuna": blind["wall_s"], "autotune": agent["wall_s"]}
+             "blind_optuna": blind["wall_s"], "autotune": agent_wall_s}
     methods = {}
     for m in METHODS:
         j = judged["labels"][m]
@@ -191,9 +193,8 @@ def run_case(case: Case, rule: RuleOfThumb, protocol: Protocol, device: torch.de
     res = {
         **case.describe(), "workload": wl.name, "batch_size": wl.batch_size,
         "methods": methods,
-        "diagnosis": {"planted": case.planted, "diagnosed": rep["initial_diagnosis"]["bottleneck"],
-                      "correct": rep["initial_diagnosis"]["bottleneck"] == case.planted,
-                      "reason": rep["initial_diagnosis"].get("reason")},
+        "diagnosis": {"planted": case.planted, "diagnosed": diagnosed.bottleneck.value,
+                      "correct": diagnosed.bottleneck.value == case.planted, "reason": diagnosed.reason},
         "comparisons": {
             "autotune_vs_blind": ratio(judged, "blind_optuna", "autotune"),
             "autotune_vs_default": ratio(judged, "default", "autotune"),
@@ -205,11 +206,11 @@ def run_case(case: Case, rule: RuleOfThumb, protocol: Protocol, device: torch.de
                  "count": grid["count"]},
         "rule_of_thumb": rule_res,
         "blind_optuna": {k: blind[k] for k in ("trials", "measured", "rows", "count")},
-        "autotune": {"recipes": list(only), "count": agent["count"], "stop_reason": rep.get("stop_reason"),
-                     "noise": rep.get("noise"), "speedup": rep.get("speedup"),
-                     "steps": [{k: st.get(k) for k in ("recipe", "bottleneck", "accepted", "changes", "speedup", "reason")}
-                               | {"trials": len(st.get("trials", []))} for st in rep["steps"]],
-                     "final_diagnosis": rep.get("diagnosis", {}).get("bottleneck")},
+        "autotune": {"recipes": list(only), "count": agent_count, "stop_reason": rep.stop_reason,
+                     "noise": _dump(rep.noise), "speedup": _dump(rep.speedup),
+                     "steps": [st.model_dump(mode="json", include={"recipe", "bottleneck", "accepted", "changes", "speedup",
+                                                                   "reason"}) | {"trials": len(st.trials)} for st in rep.steps],
+                     "final_diagnosis": rep.diagnosis.bottleneck.value if rep.diagnosis else None},
         "judge_wall_s": judged["wall_s"], "wall_s": time.perf_counter() - t0,
         "runner": "a process per measurement (isolated)" if case.isolate else "in-process",
         "load_avg": {"before": load_before, "after": _load()},
@@ -217,6 +218,10 @@ def run_case(case: Case, rule: RuleOfThumb, protocol: Protocol, device: torch.de
     res["targets"] = case_targets(res)
     log(f"{case.name}: done in {res['wall_s']:.0f} s")
     return res
+
+
+def _dump(model: Any) -> dict[str, Any] | None:
+    return None if model is None else model.model_dump(mode="json")
 
 
 def _fmt(x: float | None, d: int = 2) -> str:
@@ -298,12 +303,12 @@ def _brief(x: Any) -> str:
 
 
 def overheads(quick: bool, log: Log) -> dict[str, Any]:
-    """The overhead benchmark (autotune/bench/overhead.py), run through its own command line."""
+    """The overhead benchmark (benchmarks/overhead.py), run through its own command line."""
     import json
 
-    from . import overhead
+    from benchmarks import overhead
 
-    log("overheads: autotune.bench.overhead" + (" --quick" if quick else ""))
+    log("overheads: python -m benchmarks.overhead" + (" --quick" if quick else ""))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         j, md = Path(tmp) / "o.json", Path(tmp) / "o.md"
@@ -313,7 +318,7 @@ def overheads(quick: bool, log: Log) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - a failing sibling benchmark must not lose the suite's results
             return {"error": f"{type(exc).__name__}: {exc}", "wall_s": time.perf_counter() - t0}
         if code != 0 or not j.exists():
-            return {"error": f"autotune.bench.overhead exited with code {code}", "wall_s": time.perf_counter() - t0}
+            return {"error": f"benchmarks.overhead exited with code {code}", "wall_s": time.perf_counter() - t0}
         report, table = json.loads(j.read_text()), md.read_text()
     rows = []
     for w in report.get("workloads", []):
@@ -353,7 +358,7 @@ def run(cases: list[Case], quick: bool = False, seed: int = 0, device: str = "cp
         "benchmark": "suite", "quick": quick, "seed": seed,
         "environment": {"device": dev.type, "cpu": _cpu_name(), "cores": _cores(), "torch": torch.__version__,
                         "python": platform.python_version(), "default_threads": threads, "load_avg_end": _load()},
-        "protocol": protocol.describe(),
+        "protocol": protocol.describe().model_dump(mode="json"),
         "runner": "in-process (Runner(isolate=False)), one measurement at a time"
                   + (f"; {', '.join(isolated)}: a process per measurement (memory is judged there)" if isolated else ""),
         "rule_of_thumb": {**rule.describe(), "applied": applied.short(), "notes": notes},

@@ -9,6 +9,7 @@ Ranges may adapt to the machine: `max: "4*cores"`, `choices: divisors` (of the b
 from __future__ import annotations
 
 import ast
+import importlib.resources
 import operator
 import os
 from dataclasses import dataclass, field
@@ -17,11 +18,13 @@ from typing import Any
 
 import yaml
 
-from ..config import KEYS
-from ..diagnose import Bottleneck
-from ..errors import UserError
+from .config import KEYS
+from .errors import UserError
+from .record import Bottleneck
 
-SHIPPED = Path(__file__).resolve().parent
+# The shipped recipe files: `recipes/` at the repository's top level, installed inside the
+# wheel as the data package `autotune.recipe_files` (see pyproject.toml's package-dir).
+SHIPPED_PACKAGE = "autotune.recipe_files"
 FACTS = ("conv", "checkpoint_blocks")
 _OPS = {ast.Mult: operator.mul, ast.Div: operator.floordiv, ast.FloorDiv: operator.floordiv,
         ast.Add: operator.add, ast.Sub: operator.sub}
@@ -94,7 +97,7 @@ class Recipe:
         return {k: v for k, v in out.items() if v}
 
 
-def _parse(path: Path) -> Recipe:
+def _parse(path: Any) -> Recipe:
     where = f"recipe file {str(path)!r}"
     try:
         data = yaml.safe_load(path.read_text())
@@ -158,20 +161,34 @@ def _parse(path: Path) -> Recipe:
     )
 
 
+def shipped_files() -> list[Any]:
+    """The recipe files shipped with autotune, as importlib resources."""
+    folder = importlib.resources.files(SHIPPED_PACKAGE)
+    return sorted((f for f in folder.iterdir() if f.name.endswith((".yaml", ".yml"))), key=lambda f: f.name)
+
+
 def load_recipes(extra_dir: str | os.PathLike | None = None) -> list[Recipe]:
     """The shipped recipes, with `extra_dir`'s added or overriding by name; cheapest first."""
     by_name: dict[str, Recipe] = {}
-    dirs = [SHIPPED]
+    files = shipped_files()
     if extra_dir is not None:
         d = Path(extra_dir)
         if not d.is_dir():
             raise UserError(f"--recipes {str(d)!r} is not a folder; give a folder of recipe .yaml files.")
-        dirs.append(d)
-    for d in dirs:
-        for path in sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml")):
-            r = _parse(path)
-            by_name[r.name] = r
+        files += sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml"))
+    for path in files:
+        r = _parse(path)
+        by_name[r.name] = r
     return sorted(by_name.values(), key=lambda r: (r.cost, r.name))
+
+
+def select(recipes: list[Recipe], only: str | None) -> tuple[str, ...]:
+    """The recipe names of a comma-separated `--only` list, each checked to exist."""
+    names = tuple(x.strip() for x in only.split(",") if x.strip()) if only else ()
+    unknown = [x for x in names if x not in {r.name for r in recipes}]
+    if unknown:
+        raise UserError(f"--only names unknown recipe(s) {', '.join(unknown)}; known: {', '.join(r.name for r in recipes)}.")
+    return names
 
 
 def matching(recipes: list[Recipe], bottleneck: Bottleneck, device: str, facts: dict[str, bool]) -> list[Recipe]:

@@ -1,1 +1,0 @@
-"""Benchmarks: autotune measured against ground truth and against bare loops (not run by default tests)."""

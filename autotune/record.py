@@ -1,0 +1,282 @@
+"""The typed run record: every value that crosses a boundary between autotune's stages.
+
+One measurement is a `Summary`; a diagnosis is a `Verdict`; one recipe's round is a
+`Step` holding its `Trial`s; the whole run is a `Report`, which is exactly what
+`report.json` stores. The worker pipe, Optuna's user attributes, the agent, the
+reporters and `autotune report` all pass these models, never loose dicts, so a field is
+written in one place and its JSON schema ships with the package (`report_schema()`).
+
+Configs appear in one shape throughout: flat dotted keys (`"data.num_workers": 4`), the
+same keys `changes` and `tuned.yaml` use.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+FlatConfig = dict[str, Any]
+"""A `TrainConfig` as `{"section.key": value}` for every key."""
+
+Changes = dict[str, list[Any]]
+"""`{"section.key": [old, new]}` for the keys that changed."""
+
+
+class Bottleneck(str, Enum):
+    """What limits a training step (the JSON names are part of the contract)."""
+
+    INPUT = "input"
+    TRANSFER = "transfer"
+    SYNC = "sync"
+    LAUNCH = "launch"
+    COMPUTE = "compute"
+    MEMORY = "memory"
+    COMMUNICATION = "communication"
+
+
+class TrialState(str, Enum):
+    """How a trial ended: measured and usable, measured but over a limit, or not measured."""
+
+    OK = "ok"
+    INFEASIBLE = "infeasible"
+    FAILED = "failed"
+
+
+class FailureKind(str, Enum):
+    """Why a measurement could not finish."""
+
+    OOM = "oom"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    USER = "user"  # bad input (a config that does not apply, a dataset too small, ...)
+    USER_CODE = "user_code"  # the workload's own code raised
+
+
+class Record(BaseModel):
+    """Base of every record: unknown fields are an error, so a typo never passes silently."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class StepTime(Record):
+    median: float | None = Field(description="Median per-step time over every measured step (s).")
+    p90: float | None = Field(description="90th percentile per-step time (s).")
+    mean: float | None = Field(description="Mean step time: the sum of the stage means (s).")
+
+
+class StageTime(Record):
+    s: float = Field(description="Mean seconds per step spent in this stage.")
+    share: float = Field(description="Fraction of the step.")
+
+
+class Signals(Record):
+    """What the profiled steps showed, per step."""
+
+    profiled_steps: int = 0
+    profiled_wall_s: float = 0.0
+    ops_per_step: float | None = None
+    mean_op_us: float | None = None
+    syncs_per_step: float | None = None
+    comm_share: float | None = None
+    peak_profiled_alloc_bytes: int | None = None
+    gpu_busy: float | None = None
+    short_kernel_share: float | None = None
+    pageable_copies_per_step: float | None = None
+
+
+class Summary(Record):
+    """Everything measured of one config under the run's protocol."""
+
+    config: FlatConfig
+    step_time_s: StepTime
+    samples_per_s: float = Field(description="Total samples over total wall time of the measured windows.")
+    windows_samples_per_s: list[float]
+    window_cv: float = Field(description="Coefficient of variation of the windows' throughput.")
+    stages: dict[str, StageTime]
+    peak_memory_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+    one_time: dict[str, float] = Field(default_factory=dict, description="setup_s, first_step_s, loader_first_batch_s.")
+    signals: Signals = Field(default_factory=Signals)
+    measured_steps: int = 0
+    first_losses: list[float] = Field(default_factory=list)
+    wall_s: float | None = Field(None, description="Wall time of the whole measurement, start-up included (s).")
+
+    def share(self, stage: str) -> float:
+        st = self.stages.get(stage)
+        return st.share if st else 0.0
+
+
+class Verdict(Record):
+    """A diagnosis: the class, the slowest stage, and the numbers that decided it."""
+
+    bottleneck: Bottleneck
+    slowest_stage: str
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    reason: str = ""
+
+
+class Ratio(Record):
+    """B's throughput over A's from windows taken in turns, with its 95% interval."""
+
+    ratio: float | None
+    low: float | None
+    high: float | None
+    pairs: int = 0
+
+    @field_validator("ratio", "low", "high", mode="before")
+    @classmethod
+    def _finite_or_none(cls, v: Any) -> Any:
+        """No pairs (or an infinite interval from one pair) is "not measured", stored as null."""
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    @property
+    def measured(self) -> bool:
+        return self.ratio is not None and self.low is not None and self.high is not None
+
+
+class Comparison(Ratio):
+    """A stored interleaved comparison: the windows themselves, or why it failed."""
+
+    a: list[float] = Field(default_factory=list)
+    b: list[float] = Field(default_factory=list)
+    failed: str | None = None
+
+    def ratio_only(self) -> Ratio:
+        return Ratio(ratio=self.ratio, low=self.low, high=self.high, pairs=self.pairs)
+
+
+class Noise(Ratio):
+    """The baseline against itself (A/A): what "no change" measures as here."""
+
+    margin: float
+    min_gain: float
+
+
+class Trial(Record):
+    """One configuration tried in a recipe's search."""
+
+    number: int
+    changes: Changes = Field(default_factory=dict)
+    samples_per_s: float | None = None
+    state: TrialState
+    reason: str | None = None
+    peak_memory_bytes: int | None = None
+    config: FlatConfig | None = None
+
+
+class Brief(Record):
+    """The few figures of a summary a step's recommendation is computed from."""
+
+    samples_per_s: float | None
+    peak_memory_bytes: int | None
+    step_time_s: float | None
+    one_time_s: float
+
+    @classmethod
+    def of(cls, s: Summary) -> Brief:
+        return cls(samples_per_s=s.samples_per_s, peak_memory_bytes=s.peak_memory_bytes, step_time_s=s.step_time_s.mean,
+                   one_time_s=s.one_time.get("setup_s", 0.0) + s.one_time.get("first_step_s", 0.0))
+
+
+class Step(Record):
+    """One recipe's round: its trials, the candidate it produced, and the decision."""
+
+    round: int
+    recipe: str
+    bottleneck: Bottleneck
+    trials: list[Trial] = Field(default_factory=list)
+    accepted: bool = False
+    changes: Changes = Field(default_factory=dict)
+    speedup: Ratio | None = None
+    before: Brief
+    after: Brief | None = None
+    after_config: FlatConfig | None = None
+    reason: str | None = None
+
+
+class Recommendation(Record):
+    recipe: str
+    changes: Changes
+    speedup: float | None
+    ci: list[float | None] = Field(description="[low, high] of the speedup's 95% interval.")
+    memory_delta_bytes: int | None = None
+    accepted: bool
+    reason: str | None = None
+    one_time_s: float | None = None
+    payoff_steps: int | None = None
+    snippet: str = ""
+
+
+class Machine(Record):
+    cores: int
+    torch: str
+    cpu: str
+    gpu: str | None = None
+    python: str
+
+
+class ProtocolRecord(Record):
+    warmup_steps: int
+    steps: int
+    windows: int
+    seed: int
+    profile_steps: int
+    window_rule: str
+    throughput: str
+
+
+class StudyRef(Record):
+    name: str
+    storage: str | None = None
+
+
+class Budget(Record):
+    trials_used: int
+    trials_run_now: int
+    trials_limit: int
+    wall_s: float
+    budget_s: float | None = None
+
+
+class Report(Record):
+    """A whole tuning run; `report.json` is this model's JSON."""
+
+    autotune_version: str
+    workload: str
+    target: str | None = None
+    device: str
+    memory_limit_bytes: int | None = None
+    machine: Machine
+    protocol: ProtocolRecord
+    study: StudyRef
+    baseline: Summary | None = None
+    initial_diagnosis: Verdict | None = None
+    noise: Noise | None = None
+    steps: list[Step] = Field(default_factory=list)
+    final: Summary | None = None
+    final_config: FlatConfig | None = None
+    diagnosis: Verdict | None = None
+    recommendations: list[Recommendation] = Field(default_factory=list)
+    speedup: Ratio | None = None
+    stop_reason: str | None = None
+    budget: Budget | None = None
+
+    def missing(self) -> list[str]:
+        """What an interrupted run did not get to record, in words."""
+        checks = [
+            (self.baseline, "the baseline measurement"),
+            (self.final, "the final measurement"),
+            (self.speedup, "the final-versus-baseline speedup"),
+            (self.diagnosis, "the diagnosis of the final config"),
+            (self.steps, "any recipe step (none was tried)"),
+            (self.stop_reason, "the reason the search stopped"),
+        ]
+        return [words for value, words in checks if not value]
+
+
+def report_schema() -> dict[str, Any]:
+    """The JSON schema `report.json` follows."""
+    return Report.model_json_schema()

@@ -1,0 +1,157 @@
+"""The files of a run: `report.json`, `report.md`, `report.html` and `tuned.yaml`.
+
+Each is written atomically. `report.json` is exactly the `Report` model's JSON and is
+written first, so a rendering bug can never cost the measurements; `load_report` reads it
+back (for `autotune report DIR`) with errors that say how to get a good one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from autotune import atomic
+from autotune.config import TrainConfig, from_flat, save_config
+from autotune.errors import UserError
+from autotune.record import Recommendation, Report
+
+from .fmt import number
+from .html import render_html
+from .markdown import render_markdown
+
+__all__ = ["load_report", "rerender", "write_reports", "write_tuned_config"]
+
+_SHOWN_ERRORS = 3  # validation errors named in a message; the rest are counted
+
+
+def write_reports(report: Report, out_dir: str | Path) -> list[Path]:
+    """Write `report.json`, `report.md` and `report.html` into `out_dir`, each atomically.
+
+    Args:
+        report: The run, complete or interrupted.
+        out_dir: The folder to write into; created when missing.
+
+    Returns:
+        The paths written, the JSON first.
+    """
+    out = Path(out_dir)
+    paths = [out / "report.json", out / "report.md", out / "report.html"]
+    atomic.write_text(paths[0], report.model_dump_json(indent=2))
+    atomic.write_text(paths[1], render_markdown(report))
+    atomic.write_text(paths[2], render_html(report))
+    return paths
+
+
+def _key_description(key: str) -> str:
+    """The `TrainConfig` field's description of a dotted key, or "" for an unknown key."""
+    section, _, name = key.partition(".")
+    field = TrainConfig.model_fields.get(section)
+    fields = getattr(field.annotation, "model_fields", {}) if field is not None else {}
+    return (fields[name].description or "") if name in fields else ""
+
+
+def _gain(rec: Recommendation) -> str:
+    """`4.13x [3.88, 4.41]`, or why a change without a measured gain was kept."""
+    speedup = number(rec.speedup)
+    if not speedup:
+        return "fits the memory limit"
+    low, high = (list(rec.ci) + [None, None])[:2]
+    low, high = number(low), number(high)
+    ci = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+    return f"{speedup:.2f}x{ci}"
+
+
+def tuned_comments(report: Report) -> dict[str, str]:
+    """A comment per changed key: what the knob does, its old value, and what its recipe measured."""
+    comments = {}
+    for rec in report.recommendations:
+        if not rec.accepted:
+            continue
+        for key, pair in rec.changes.items():
+            old = pair[0] if isinstance(pair, list) and pair else None
+            desc = _key_description(key)
+            comments[key] = f"{desc} Was {json.dumps(old, default=str)}; {rec.recipe} measured {_gain(rec)}".lstrip()
+    return comments
+
+
+def write_tuned_config(report: Report, out_dir: str | Path) -> Path:
+    """Write `tuned.yaml`: the final config, each changed key commented with its evidence.
+
+    Args:
+        report: The run; without a final config the defaults are written.
+        out_dir: The folder to write into; created when missing.
+
+    Returns:
+        The path of `tuned.yaml`.
+
+    Raises:
+        ConfigError: The report's final config is not a valid `TrainConfig`.
+    """
+    final = TrainConfig() if report.final_config is None else from_flat(report.final_config, source="final config")
+    path = Path(out_dir) / "tuned.yaml"
+    save_config(final, path, tuned_comments(report))
+    return path
+
+
+def _validation_text(exc: ValidationError) -> str:
+    errors = exc.errors()
+    shown = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'top level'}: {err['msg']}"
+                      for err in errors[:_SHOWN_ERRORS])
+    more = f"; and {len(errors) - _SHOWN_ERRORS} more" if len(errors) > _SHOWN_ERRORS else ""
+    return f"{len(errors)} error(s): {shown}{more}"
+
+
+def load_report(folder: str | Path) -> Report:
+    """Read `folder/report.json` back into a `Report`.
+
+    Args:
+        folder: The `--out` folder of an `autotune tune` run.
+
+    Returns:
+        The validated report.
+
+    Raises:
+        UserError: The folder or file is missing, not JSON, or not a valid report; the
+            message names the file and says to run `autotune tune TARGET --out DIR` again.
+    """
+    folder = Path(folder)
+    path = folder / "report.json"
+    again = f"run `autotune tune TARGET --out {folder}` again to write it, then `autotune report {folder}`"
+    if not folder.is_dir():
+        raise UserError(f"{folder} is not a folder: run `autotune tune TARGET --out {folder}` first, "
+                        f"then `autotune report {folder}`.")
+    if not path.is_file():
+        raise UserError(f"{path} does not exist, so there is nothing to render: {again}.")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"{path} cannot be read as JSON ({exc}): {again}.") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} holds a JSON {type(data).__name__}, not an autotune report: {again}.")
+    try:
+        return Report.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(f"{path} is not a valid autotune report ({_validation_text(exc)}): {again}.") from None
+
+
+def rerender(folder: str | Path) -> list[Path]:
+    """`autotune report DIR`: write `report.md` and `report.html` again from `DIR/report.json`.
+
+    Args:
+        folder: The `--out` folder of an `autotune tune` run.
+
+    Returns:
+        The paths written: `report.md`, then `report.html`.
+
+    Raises:
+        UserError: As `load_report`.
+    """
+    folder = Path(folder)
+    report = load_report(folder)
+    paths = [folder / "report.md", folder / "report.html"]
+    atomic.write_text(paths[0], render_markdown(report))
+    atomic.write_text(paths[1], render_html(report))
+    return paths
+

@@ -1,0 +1,211 @@
+"""The tables and sentences both renderers draw, built once from the typed `Report`.
+
+A table is headers and rows of cells; a cell is text, `Code`, or a list of those (one per
+line). The Markdown and HTML renderers only decide how a cell looks. Parts an interrupted
+run did not record are None in the model and read "not recorded" here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from autotune.clock import STAGES
+from autotune.record import Report, Step, Summary, Verdict
+
+from .fmt import (
+    Code, change_list, fmt_bytes, fmt_ci, fmt_delta_bytes, fmt_evidence, fmt_ms, fmt_pct_change, fmt_rate,
+    fmt_ratio, fmt_seconds, fmt_speedup, fmt_value, number,
+)
+
+__all__ = [
+    "NOT_RECORDED", "Table", "budget_text", "comparison_table", "evidence_table", "headline", "noise_text",
+    "protocol_table", "recommendation_table", "run_table", "stage_ms", "stage_names", "stage_table", "step_title",
+    "step_verdict", "trial_table",
+]
+
+Table = tuple[list[str], list[list[Any]]]
+NOT_RECORDED = "not recorded"
+
+_PROTOCOL_LABELS = {
+    "warmup_steps": "warm-up steps", "steps": "measured steps per window", "windows": "windows",
+    "seed": "seed", "profile_steps": "profiled steps", "window_rule": "window rule", "throughput": "throughput",
+}
+
+
+def stage_names(*summaries: Summary | None) -> list[str]:
+    """The known stages in step order, then any other stage a summary holds, sorted."""
+    extra = {k for s in summaries if s is not None for k in s.stages if k not in STAGES}
+    return list(STAGES) + sorted(extra)
+
+
+def stage_ms(summary: Summary, stage: str) -> float | None:
+    """Milliseconds per step spent in `stage`, or None when not recorded or not finite."""
+    st = summary.stages.get(stage)
+    s = None if st is None else number(st.s)
+    return None if s is None else s * 1e3
+
+
+def run_table(report: Report) -> Table:
+    """What ran where: workload, target, device, machine, memory limit, study, version."""
+    m = report.machine
+    machine = ", ".join(p for p in (
+        m.cpu, f"{m.cores} cores" if m.cores else "", f"GPU {m.gpu}" if m.gpu else "",
+        f"torch {m.torch}" if m.torch else "", f"Python {m.python}" if m.python else "",
+    ) if p)
+    limit = report.memory_limit_bytes
+    study = report.study
+    where = f"{study.name} in {study.storage}" if study.storage else study.name
+    rows = [
+        ["workload", report.workload or NOT_RECORDED],
+        ["target", Code(report.target) if report.target else NOT_RECORDED],
+        ["device", report.device or NOT_RECORDED],
+        ["machine", machine or NOT_RECORDED],
+        ["memory limit", fmt_bytes(limit) if limit else "none"],
+        ["study", Code(where) if where else NOT_RECORDED],
+        ["autotune", report.autotune_version or NOT_RECORDED],
+    ]
+    return ["", ""], rows
+
+
+def protocol_table(report: Report) -> Table:
+    """The measurement protocol, one setting a row."""
+    rows = [[_PROTOCOL_LABELS.get(k, k), fmt_value(v)] for k, v in report.protocol.model_dump().items()]
+    return ["", ""], rows
+
+
+def _step_ms(key: str) -> Callable[[Summary], float | None]:
+    def get(s: Summary) -> float | None:
+        v = number(getattr(s.step_time_s, key))
+        return None if v is None else v * 1e3
+
+    return get
+
+
+def _one_time(key: str) -> Callable[[Summary], float | None]:
+    return lambda s: s.one_time.get(key)
+
+
+def _cv(v: Any) -> str:
+    return "n/a" if number(v) is None else f"{v:.1%}"
+
+
+def comparison_table(report: Report) -> Table:
+    """Baseline beside final: throughput, step time, spread, memory, one-time costs."""
+    b, f = report.baseline, report.final
+
+    def row(label: str, get: Callable[[Summary], Any], fmt: Callable[[Any], str], change: str | None = None) -> list[Any]:
+        vb = get(b) if b is not None else None
+        vf = get(f) if f is not None else None
+        return [label, fmt(vb) if b is not None else NOT_RECORDED, fmt(vf) if f is not None else NOT_RECORDED,
+                change if change is not None else fmt_pct_change(vb, vf)]
+
+    mem_b = number(b.peak_memory_bytes) if b is not None else None
+    mem_f = number(f.peak_memory_bytes) if f is not None else None
+    rows = [
+        row("throughput (samples/s)", lambda s: s.samples_per_s, fmt_rate),
+        row("step time median", _step_ms("median"), fmt_ms),
+        row("step time p90", _step_ms("p90"), fmt_ms),
+        row("spread across windows (CV)", lambda s: s.window_cv, _cv, ""),
+        row("peak tensor memory", lambda s: s.peak_memory_bytes, fmt_bytes,
+            fmt_delta_bytes(mem_f - mem_b) if mem_b is not None and mem_f is not None else ""),
+        row("peak RSS", lambda s: s.peak_rss_bytes, fmt_bytes, ""),
+        row("setup (one-time)", _one_time("setup_s"), fmt_seconds, ""),
+        row("first step (one-time)", _one_time("first_step_s"), fmt_seconds, ""),
+        row("first batch (one-time)", _one_time("loader_first_batch_s"), fmt_seconds, ""),
+        row("measured steps", lambda s: s.measured_steps, fmt_value, ""),
+    ]
+    return ["", "baseline", "final", "change"], rows
+
+
+def stage_table(report: Report) -> Table:
+    """Milliseconds and share of the step per stage, baseline beside final."""
+    b, f = report.baseline, report.final
+
+    def cells(s: Summary | None, stage: str) -> list[str]:
+        if s is None or not s.stages:
+            return [NOT_RECORDED, ""]
+        st = s.stages.get(stage)
+        share = None if st is None else number(st.share)
+        return [fmt_ms(stage_ms(s, stage)), "n/a" if share is None else f"{share:.1%}"]
+
+    rows = [[stage, *cells(b, stage), *cells(f, stage)] for stage in stage_names(b, f)]
+    return ["stage", "baseline ms/step", "share", "final ms/step", "share"], rows
+
+
+def evidence_table(verdict: Verdict) -> Table:
+    """The numbers that decided a diagnosis; sizes (`*_bytes`) in units."""
+    rows = [[Code(k), fmt_bytes(v) if k.endswith("_bytes") and number(v) else fmt_evidence(v)]
+            for k, v in verdict.evidence.items() if v is not None]
+    return ["evidence", "value"], rows
+
+
+def _one_time_cell(one_time: float | None) -> str:
+    t = number(one_time)
+    return "n/a" if t is None else "none" if t <= 0 else fmt_seconds(t)
+
+
+def _payoff_cell(steps: int | None) -> str:
+    n = number(steps)
+    return "—" if n is None else "at once" if n <= 0 else f"{n:,.0f} steps"
+
+
+def recommendation_table(report: Report) -> Table:
+    """Every recommendation as ranked: changes, gain with interval, memory, costs, verdict."""
+    rows = []
+    for i, r in enumerate(report.recommendations, 1):
+        low, high = (list(r.ci) + [None, None])[:2]
+        verdict = ("accepted" if r.accepted else "rejected") + (f": {r.reason}" if r.reason else "")
+        rows.append([
+            str(i), r.recipe, change_list(r.changes) or "no change", fmt_ratio(r.speedup), fmt_ci(low, high),
+            fmt_delta_bytes(r.memory_delta_bytes), _one_time_cell(r.one_time_s), _payoff_cell(r.payoff_steps), verdict,
+        ])
+    headers = ["#", "recipe", "changes", "speedup", "CI", "memory", "one-time cost", "pays off after", "verdict"]
+    return headers, rows
+
+
+def trial_table(step: Step) -> Table:
+    """A step's trials in the order tried."""
+    rows = [[fmt_value(t.number), change_list(t.changes) or "baseline config", fmt_rate(t.samples_per_s),
+             t.state.value, fmt_bytes(t.peak_memory_bytes), t.reason or ""] for t in step.trials]
+    return ["trial", "changes", "samples/s", "state", "peak memory", "note"], rows
+
+
+def step_title(step: Step) -> str:
+    """`Round 1: dataloader (for input)`."""
+    return f"Round {step.round}: {step.recipe} (for {step.bottleneck.value})"
+
+
+def step_verdict(step: Step) -> str:
+    """`accepted, 4.13× (CI 3.88–4.41, 4 pairs): why`."""
+    verdict = "accepted" if step.accepted else "rejected"
+    measured = f", {fmt_speedup(step.speedup)}" if step.speedup is not None else ""
+    return f"{verdict}{measured}" + (f": {step.reason}" if step.reason else "")
+
+
+def headline(report: Report) -> str:
+    """One sentence: the measured gain, or why there is none."""
+    sp, b, f = report.speedup, report.baseline, report.final
+    if sp is None or number(sp.ratio) is None:
+        return "No final speedup was measured: the run stopped before its final measurement."
+    thr = f": {fmt_rate(b.samples_per_s)} → {fmt_rate(f.samples_per_s)} samples/s" if b is not None and f is not None else ""
+    return f"{fmt_ratio(sp.ratio)} the baseline's throughput (CI {fmt_ci(sp.low, sp.high)}){thr}."
+
+
+def noise_text(report: Report) -> str:
+    """What re-measuring the unchanged baseline gave, and the margin it sets."""
+    n = report.noise
+    if n is None or number(n.ratio) is None:
+        return "The baseline's noise was not measured."
+    margin = (f"; a change is accepted only when its CI's low end clears {fmt_ratio(n.margin)}"
+              if number(n.margin) is not None else "")
+    return (f"Re-measuring the unchanged baseline (A/A, {n.pairs} interleaved pairs) gave "
+            f"{fmt_ratio(n.ratio)} (CI {fmt_ci(n.low, n.high)}){margin}.")
+
+
+def budget_text(report: Report) -> str:
+    """`11 trials of 40; 5 min 0 s wall time.`, with the time budget when one was set."""
+    b = report.budget
+    if b is None:
+        return NOT_RECORDED
+    budget = f" of a {fmt_seconds(b.budget_s)} budget" if number(b.budget_s) else ""
+    return f"{b.trials_used} trials of {b.trials_limit}; {fmt_seconds(b.wall_s)} wall time{budget}."

@@ -1,0 +1,60 @@
+"""What the protocol measures: stage attribution checked with planted sleeps, the window
+plan, and the summary's shape as the typed record."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from autotune import Protocol, Summary, TrainConfig, Workload, measure
+from autotune.measure import Measurement, Window
+from workloads import Vectors, ce_loss, mlp
+
+CPU = torch.device("cpu")
+DATA_SLEEP = 0.004  # per sample: 8 samples -> 32 ms of waiting for data per step
+LOSS_SLEEP = 0.012  # inside the loss: forward
+
+
+class SlowVectors(Vectors):
+    def __getitem__(self, i):
+        time.sleep(DATA_SLEEP)
+        return super().__getitem__(i)
+
+
+def slow_loss(model, batch):
+    time.sleep(LOSS_SLEEP)
+    return ce_loss(model, batch)
+
+
+def test_planted_sleeps_land_in_their_stages():
+    wl = Workload(name="planted", model=mlp, dataset=lambda: SlowVectors(64),
+                  optimizer=lambda p: torch.optim.SGD(p, lr=0.1), loss=slow_loss, batch_size=8)
+    s = measure(wl, TrainConfig(), CPU, Protocol(windows=2, steps=4, warmup_steps=1, profile_steps=1)).summary()
+    # A sleep never returns early: each stage holds at least what was planted in it.
+    assert s.stages["data"].s >= 8 * DATA_SLEEP * 0.95
+    assert s.stages["forward"].s >= LOSS_SLEEP * 0.95
+    # ...and the planted sleeps are not booked to the stages that had none.
+    planted = s.stages["data"].s + s.stages["forward"].s
+    assert s.stages["backward"].s + s.stages["optimizer"].s < planted / 2
+    assert max(s.stages, key=lambda k: s.stages[k].s) == "data"
+    assert s.measured_steps == 8
+
+
+def test_window_plan_grows_with_the_loader_buffer():
+    p = Protocol(warmup_steps=3, steps=12)
+    assert p.plan(0) == (3, 12)
+    assert p.plan(8) == (11, 32)  # k buffered batches: k more warm-up, at least 4k measured
+
+
+def test_summary_is_the_typed_record_and_round_trips():
+    m = Measurement(config=TrainConfig().flat())
+    steps = [{"data": 0.001, "h2d": 0.0, "forward": 0.002, "backward": 0.003, "optimizer": 0.001, "other": 0.0, "step": 0.007}]
+    m.windows = [Window(samples=16, wall_s=0.01, steps=steps * 2, losses=[1.0, 0.9]),
+                 Window(samples=16, wall_s=0.02, steps=steps * 2, losses=[0.8, 0.7])]
+    s = m.summary()
+    assert isinstance(s, Summary)
+    assert s.samples_per_s == 32 / 0.03
+    assert s.windows_samples_per_s == [1600.0, 800.0]
+    assert abs(s.stages["backward"].share - 3 / 7) < 1e-9
+    assert Summary.model_validate_json(s.model_dump_json()) == s
