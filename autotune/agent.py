@@ -8,24 +8,22 @@ the same command resumes: nothing finished is measured again. The agent fills on
 
 from __future__ import annotations
 
-import os
-import platform
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 import optuna
-import torch
 from pydantic import BaseModel
 
 from .version import __version__
+from . import machine
 from .config import TrainConfig
 from .diagnose import ADVICE, acceptable, diagnose
 from .errors import TrialFailed, UserError
 from .events import Listener, Silent
 from .recipes import Recipe, matching
 from .record import (
-    Brief, Budget, Comparison, Machine, Noise, Ratio, Recommendation, Report, Step, StudyRef, Summary, Verdict,
+    Brief, Budget, Comparison, Noise, Ratio, Recommendation, Report, Step, StudyRef, Summary, Verdict,
 )
 from .runner import TrialRunner
 from .search import Constraints, RecipeSearch, quiet_optuna, stored_summary, trial_record
@@ -173,7 +171,7 @@ class Agent:
     def _try(self, round_no: int, recipe: Recipe, state: State, base: Summary, margin: float,
              trials_left: int, deadline: float | None) -> tuple[Step, State, int]:
         dev = self.runner.device.type
-        space = recipe.space(dev, _cores(), self.runner.workload.batch_size)
+        space = recipe.space(dev, machine.cores(), self.runner.workload.batch_size)
         name = f"{self.study}/{round_no:02d}-{recipe.name}"
         search = RecipeSearch(self.storage, name, space, state.config, self.runner,
                               Constraints(self.settings.memory_limit, base.first_losses), self.settings.seed)
@@ -226,9 +224,7 @@ class Agent:
         return Report(
             autotune_version=__version__, workload=self.runner.workload.name, target=self.runner.target,
             device=dev.type, memory_limit_bytes=self.settings.memory_limit,
-            machine=Machine(cores=_cores(), torch=torch.__version__, cpu=platform.processor() or platform.machine(),
-                            gpu=torch.cuda.get_device_name() if dev.type == "cuda" else None,
-                            python=platform.python_version()),
+            machine=machine.describe(dev),
             protocol=self.runner.protocol.describe(),
             study=StudyRef(name=self.study, storage=self.storage_label),
         )
@@ -264,6 +260,3 @@ def render_snippet(template: str, config: dict[str, Any]) -> str:
         text = text.replace("{" + key + "}", str(value))
     return text
 
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

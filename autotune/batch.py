@@ -42,10 +42,3 @@ def split(batch: Any, parts: int) -> list[Any]:
         make = (lambda xs: type(batch)(*xs)) if hasattr(batch, "_fields") else type(batch)
         return [make([c[i] for c in cols]) for i in range(parts)]
     return [batch] * parts
-
-
-def leading_size(batch: Any) -> int | None:
-    """The size of the first tensor's dim 0, or None when the batch holds no tensor."""
-    found: list[int] = []
-    map_tensors(batch, lambda t: found.append(t.shape[0]) if t.dim() > 0 else None)
-    return found[0] if found else None

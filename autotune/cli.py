@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import UserCodeError, UserError, exit_code
+from .errors import UserCodeError, UserError, exit_code, explain
 
 EXAMPLES = {
     "profile": "examples:\n  autotune profile examples/input_bound.py\n  autotune profile examples/memory_bound.py --memory-limit 64MB --json profile.json --trace trace.json",
@@ -220,15 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _COMMANDS[args.command][0](args)
-    except UserCodeError as exc:
-        print(exc.user_traceback(), file=sys.stderr)
-        print(f"error: {exc} (this is an error in your workload code, see the traceback above)", file=sys.stderr)
-        return exit_code(exc)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exit_code(exc)
-    except KeyboardInterrupt as exc:
-        print("interrupted", file=sys.stderr)
+    except (UserError, UserCodeError, KeyboardInterrupt) as exc:
+        print(explain(exc), file=sys.stderr)
         return exit_code(exc)
 
 

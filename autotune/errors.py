@@ -70,6 +70,16 @@ class TrialFailed(Exception):
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
+def explain(exc: UserError | UserCodeError | KeyboardInterrupt, whose: str = "your workload code") -> str:
+    """What a command prints on stderr when `exc` ends it: one paragraph, and for an error
+    in the user's code their traceback (autotune's frames left out) before it."""
+    if isinstance(exc, UserCodeError):
+        return f"{exc.user_traceback()}\nerror: {exc} (this is an error in {whose}, see the traceback above)"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return f"error: {exc}"
+
+
 def exit_code(exc: BaseException) -> int:
     """The process exit code for an exception that ends a command (CLI and benchmarks alike):
     2 for bad input or an error in the user's code, 130 for Ctrl-C, 1 for anything else."""

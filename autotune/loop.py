@@ -9,7 +9,6 @@ Stage boundaries are reported to a clock (`mark(stage)`) that adds no synchronis
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import time
 import warnings
@@ -215,7 +214,3 @@ class TrainRun:
 
     def steady_samples_per_s(self, batch_size: int) -> float:
         return self.steady_steps * batch_size / self.steady_s if self.steady_s > 0 else 0.0
-
-
-def check_finite(losses: list[float]) -> bool:
-    return all(math.isfinite(x) for x in losses)

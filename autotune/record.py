@@ -104,10 +104,6 @@ class Summary(Record):
     first_losses: list[float] = Field(default_factory=list)
     wall_s: float | None = Field(None, description="Wall time of the whole measurement, start-up included (s).")
 
-    def share(self, stage: str) -> float:
-        st = self.stages.get(stage)
-        return st.share if st else 0.0
-
 
 class Verdict(Record):
     """A diagnosis: the class, the slowest stage, and the numbers that decided it."""

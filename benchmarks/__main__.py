@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from autotune.errors import EXIT_OK, UserCodeError, UserError, exit_code
+from autotune.errors import EXIT_OK, UserCodeError, UserError, exit_code, explain
 
 from benchmarks import suite
 from benchmarks.cases import CASES, QUICK_CASES, select
@@ -44,15 +44,8 @@ def main(argv: list[str] | None = None) -> int:
             if path and not Path(path).resolve().parent.is_dir():
                 raise UserError(f"--{flag} {path!r}: its folder does not exist; give a path in an existing folder.")
         report = suite.run(cases, quick=args.quick, seed=args.seed, extras=not args.no_extras, log=log)
-    except UserCodeError as exc:
-        print(exc.user_traceback(), file=sys.stderr)
-        print(f"error: {exc} (an example's own code raised, see the traceback above)", file=sys.stderr)
-        return exit_code(exc)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exit_code(exc)
-    except KeyboardInterrupt as exc:
-        print("interrupted", file=sys.stderr)
+    except (UserError, UserCodeError, KeyboardInterrupt) as exc:
+        print(explain(exc, whose="an example's own code"), file=sys.stderr)
         return exit_code(exc)
     report["command"] = " ".join([PROG, *(argv if argv is not None else sys.argv[1:])])
     md = to_markdown(report)

@@ -45,7 +45,8 @@ from typing import Any, Callable
 
 import torch
 
-from autotune.errors import EXIT_OK, UserCodeError, UserError, exit_code
+from autotune.machine import cpu_name
+from autotune.errors import EXIT_OK, UserCodeError, UserError, exit_code, explain
 
 from benchmarks.overhead_arms import added_cost_per_step, bench_workload
 
@@ -61,16 +62,6 @@ QUICK_PAIRS = 100
 TARGET_OVERHEAD = 0.02  # instrumented loop: at most 2% of step time
 TARGET_FRACTION = 0.2  # stage timers: at most a fifth of what torch.profiler costs
 
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _target(spec: str) -> str:
@@ -180,7 +171,7 @@ def run(targets: list[tuple[str, int, int]], rounds: int, threads: int, seed: in
         "environment": {
             "torch": torch.__version__,
             "python": platform.python_version(),
-            "cpu": _cpu_name(),
+            "cpu": cpu_name(),
             "cpu_count": os.cpu_count(),
             "threads": threads,
             "device": "cpu",
@@ -255,15 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise UserError(f"--{flag} {path!r}: its folder does not exist; give a path in an existing folder.")
         log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
         report = run(_targets(args), rounds, args.threads, pairs=QUICK_PAIRS if args.quick else DEFAULT_PAIRS, log=log)
-    except UserCodeError as exc:
-        print(exc.user_traceback(), file=sys.stderr)
-        print(f"error: {exc} (a workload's own code raised, see the traceback above)", file=sys.stderr)
-        return exit_code(exc)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exit_code(exc)
-    except KeyboardInterrupt as exc:
-        print("interrupted", file=sys.stderr)
+    except (UserError, UserCodeError, KeyboardInterrupt) as exc:
+        print(explain(exc, whose="a workload's own code"), file=sys.stderr)
         return exit_code(exc)
     md = to_markdown(report)
     if args.json:

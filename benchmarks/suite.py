@@ -37,6 +37,7 @@ import torch
 
 from autotune.agent import MIN_GAIN, Settings
 from autotune.config import TrainConfig
+from autotune.machine import cores, cpu_name
 from autotune.measure import Protocol
 from autotune.recipes import Recipe, load_recipes
 from autotune.record import Summary
@@ -80,21 +81,6 @@ METHOD = {
 }
 
 
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _load() -> list[float] | None:
     return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
@@ -123,7 +109,7 @@ class CountingRunner(Runner):
 
 def grid_recipes(case: Case, recipes: list[Recipe], device: torch.device, batch: int) -> tuple[str, ...]:
     """The recipes that tune at least one of the grid's knobs on this device."""
-    return tuple(r.name for r in recipes if set(r.space(device.type, _cores(), batch)) & set(case.grid))
+    return tuple(r.name for r in recipes if set(r.space(device.type, cores(), batch)) & set(case.grid))
 
 
 def run_case(case: Case, rule: RuleOfThumb, protocol: Protocol, device: torch.device, seed: int,
@@ -356,7 +342,7 @@ def run(cases: list[Case], quick: bool = False, seed: int = 0, device: str = "cp
     isolated = [c.name for c in cases if c.isolate]
     return {
         "benchmark": "suite", "quick": quick, "seed": seed,
-        "environment": {"device": dev.type, "cpu": _cpu_name(), "cores": _cores(), "torch": torch.__version__,
+        "environment": {"device": dev.type, "cpu": cpu_name(), "cores": cores(), "torch": torch.__version__,
                         "python": platform.python_version(), "default_threads": threads, "load_avg_end": _load()},
         "protocol": protocol.describe().model_dump(mode="json"),
         "runner": "in-process (Runner(isolate=False)), one measurement at a time"

@@ -7,8 +7,6 @@ mean nothing, and targets are reported, never asserted.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch

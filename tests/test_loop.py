@@ -14,7 +14,8 @@ import autotune
 from autotune.config import from_flat
 from autotune.errors import ConfigError, UserCodeError, UserError
 from autotune.apply import default_threads
-from autotune.loop import Trainer, check_finite
+from autotune.loop import Trainer
+from workloads import check_finite
 from workloads import Block, Empty, Images, Vectors, blocks_model, ce_loss, convnet, make, mlp  # noqa: F401
 
 CPU = torch.device("cpu")

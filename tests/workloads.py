@@ -4,6 +4,7 @@ can import them). A target file written by a test can `from workloads import *`;
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 
@@ -106,3 +107,7 @@ def write_target(folder: Path, name: str, body: str) -> Path:
     path = Path(folder) / name
     path.write_text(TARGET_HEADER + "\n\n" + textwrap.dedent(body))
     return path
+
+
+def check_finite(losses: list[float]) -> bool:
+    return all(math.isfinite(x) for x in losses)
