@@ -85,22 +85,146 @@ def prepare_model(model: torch.nn.Module, config: TrainConfig, checkpoint_blocks
     return model, step_model
 
 
+_IMPLS = ("foreach", "fused")
+# Per-instance switches torch's optimizers set in __init__ when built with fused=True.
+_AMP_SCALING = "_step_supports_amp_scaling"
+_FUSED_CHECK = "_need_device_dtype_check_for_fused"
+
+
 def set_optimizer_impl(optimizer: torch.optim.Optimizer, config: TrainConfig, source: str = "config") -> torch.optim.Optimizer:
-    """The same optimizer rebuilt with the foreach or fused implementation."""
+    """The optimizer switched to the foreach or fused implementation.
+
+    Where the optimizer keeps the flag in its param groups (every torch.optim optimizer
+    that has the form), the flag is set in place: the same object comes back, with its
+    state and every group's hyper-parameters. Otherwise it is rebuilt with only the keyword
+    arguments its constructor takes, and its state loaded into the new one. Either way the
+    form is first tried on a throwaway instance on tiny parameters of the same devices and
+    dtypes, so a form the optimizer or device cannot run is a ConfigError here, not a
+    failure at the first step."""
     impl = config.optimizer.impl
     if impl == "default":
         return optimizer
-    cls = type(optimizer)
-    params = inspect.signature(cls.__init__).parameters
-    if impl not in params:
-        raise ConfigError([f"optimizer.impl {impl}: {cls.__name__} has no {impl} form; use default"], source)
-    flags = {"foreach": impl == "foreach", "fused": impl == "fused"}
-    flags = {k: v for k, v in flags.items() if k in params}
-    groups = [{**g, **flags} for g in optimizer.param_groups]
+    cls, name = type(optimizer), type(optimizer).__name__
+    named = _init_keywords(cls)
+    in_groups = impl in optimizer.defaults and all(impl in g for g in optimizer.param_groups)
+    if impl not in named and not in_groups:
+        raise ConfigError([f"optimizer.impl {impl}: {name} has no {impl} form; use default"], source)
+    # The chosen flag on, the other one off wherever the optimizer knows it (never both on).
+    flags = {k: k == impl for k in _IMPLS if k == impl or k in named or k in optimizer.defaults}
     try:
-        return cls(groups, **{**optimizer.defaults, **flags})
-    except (RuntimeError, ValueError, TypeError) as exc:
-        raise ConfigError([f"optimizer.impl {impl}: {cls.__name__} refused it here ({exc}); use default"], source) from None
+        probe = _probe_optimizer_impl(optimizer, impl, flags, named)
+    except Exception as exc:  # whatever the optimizer raises where the form cannot run here
+        raise ConfigError([f"optimizer.impl {impl}: {name} refused it here ({exc}); use default"], source) from None
+    if in_groups:
+        _switch_in_place(optimizer, flags, probe)
+        return optimizer
+    return _rebuild_optimizer(optimizer, impl, flags, named, source)
+
+
+def _init_keywords(cls: type) -> set[str]:
+    """The keyword arguments `cls(params, ...)` names in its signature."""
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return set()
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {n for n, p in params.items() if p.kind in kinds} - {"self", "params"}
+
+
+def _ctor_kwargs(optimizer: torch.optim.Optimizer, flags: dict[str, bool], named: set[str]) -> dict[str, Any]:
+    """The optimizer's defaults (and the flags) its constructor takes as keyword arguments:
+    `defaults` also holds keys it does not (AdamW's decoupled_weight_decay)."""
+    return {k: v for k, v in {**optimizer.defaults, **flags}.items() if k in named}
+
+
+def _probe_optimizer_impl(optimizer: torch.optim.Optimizer, impl: str, flags: dict[str, bool],
+                          named: set[str]) -> torch.optim.Optimizer:
+    """A throwaway instance of the optimizer's class with the flags, over one tiny parameter
+    per device/dtype/rank of each group and with that group's hyper-parameters, stepped once:
+    raises what torch raises (at build or at step) where the form cannot run here."""
+    if impl == "fused":
+        _check_fused_devices(optimizer)
+    groups = []
+    for group in optimizer.param_groups:
+        kinds = {(p.device, p.dtype, p.dim()) for p in group["params"]}
+        tiny = []
+        for device, dtype, dim in sorted(kinds, key=str):
+            t = torch.zeros((1,) * dim, device=device, dtype=dtype)
+            if t.is_floating_point() or t.is_complex():
+                t.requires_grad_(True)
+            tiny.append(t)
+        if tiny:
+            extra = {k: v for k, v in group.items() if k not in ("params", "param_names")}
+            groups.append({**extra, **flags, "params": tiny})
+    if not groups:  # nothing to optimise: still try the constructor with the flag
+        groups = [{**flags, "params": [torch.zeros(1, requires_grad=True)]}]
+    probe = type(optimizer)(groups, **_ctor_kwargs(optimizer, flags, named))
+    for group in probe.param_groups:
+        if impl in group and group[impl] is not True:
+            raise RuntimeError(f"its param groups kept {impl}={group[impl]!r}")
+        for t in group["params"]:
+            t.grad = torch.zeros_like(t)
+    probe.step()
+    return probe
+
+
+def _check_fused_devices(optimizer: torch.optim.Optimizer) -> None:
+    """torch's rule for fused optimizers: floating-point parameters on a device with fused
+    kernels (torch applies it lazily, and some optimizers to the first parameter only)."""
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+    except ImportError:  # the probe's step still tries the kernels
+        return
+    supported = _get_fused_kernels_supported_devices()
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if not (p.device.type in supported and torch.is_floating_point(p)):
+                raise RuntimeError(f"fused=True needs floating-point parameters on one of {supported}, "
+                                   f"not {p.dtype} on {p.device.type}")
+
+
+def _switch_in_place(optimizer: torch.optim.Optimizer, flags: dict[str, bool], probe: torch.optim.Optimizer) -> None:
+    """Set the flags on every param group and on `defaults` (for groups added later), keeping
+    the object, its state and hyper-parameters; then what torch's constructor would have
+    set for the form, and the state in the form it expects."""
+    optimizer.defaults.update(flags)
+    for group in optimizer.param_groups:
+        group.update(flags)
+    # GradScaler hands the scale to fused steps (and must not to the others).
+    if hasattr(probe, _AMP_SCALING) or hasattr(optimizer, _AMP_SCALING):
+        setattr(optimizer, _AMP_SCALING, getattr(probe, _AMP_SCALING, False))
+    if hasattr(probe, _FUSED_CHECK):
+        setattr(optimizer, _FUSED_CHECK, True)
+    # Fused (like capturable) steps keep `step` as float32 on the parameter's device:
+    # move it there as torch's own load_state_dict does.
+    for group in optimizer.param_groups:
+        if not (group.get("fused") or group.get("capturable")):
+            continue
+        for p in group["params"]:
+            state = optimizer.state.get(p)
+            step = state.get("step") if isinstance(state, dict) else None
+            if isinstance(step, torch.Tensor):
+                state["step"] = step.to(dtype=torch.float32, device=p.device)
+
+
+def _rebuild_optimizer(optimizer: torch.optim.Optimizer, impl: str, flags: dict[str, bool], named: set[str],
+                       source: str) -> torch.optim.Optimizer:
+    """A new instance of the optimizer's class with the flag (for optimizers that do not keep
+    it in their param groups), taking only the keyword arguments its constructor names; the
+    old one's state is loaded into it."""
+    cls = type(optimizer)
+    groups = [{**g, **{k: v for k, v in flags.items() if k in g}} for g in optimizer.param_groups]
+    try:
+        rebuilt = cls(groups, **_ctor_kwargs(optimizer, flags, named))
+        if optimizer.state:
+            saved = optimizer.state_dict()
+            for g in saved["param_groups"]:  # loading restores the groups' own entries
+                g.update({k: v for k, v in flags.items() if k in g})
+            rebuilt.load_state_dict(saved)
+    except Exception as exc:
+        raise ConfigError([f"optimizer.impl {impl}: {cls.__name__} refused it here ({exc}); use default"],
+                          source) from None
+    return rebuilt
 
 
 def autocast(config: TrainConfig, device: torch.device | str):
