@@ -8,6 +8,7 @@ the same command resumes: nothing finished is measured again. The agent fills on
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
@@ -18,15 +19,15 @@ from pydantic import BaseModel
 from .version import __version__
 from . import machine
 from .config import TrainConfig
-from .diagnose import ADVICE, acceptable, diagnose
+from .diagnose import diagnose
 from .errors import TrialFailed, UserError
 from .events import Listener, Silent
-from .recipes import Recipe, matching
-from .record import (
-    Brief, Budget, Comparison, Noise, Ratio, Recommendation, Report, Step, StudyRef, Summary, Verdict,
-)
+from .plan import Attempts, joint_memory_recipe, rank, stop_reason
+from .recipes import Recipe
+from .record import Bottleneck, Budget, Comparison, Noise, Ratio, Recommendation, Report, Step, StudyRef, Summary
+from .rounds import Context, State, play
 from .runner import TrialRunner
-from .search import Constraints, RecipeSearch, quiet_optuna, stored_summary, trial_record
+from .search import Constraints, quiet_optuna
 from .stats import noise_margin, paired_ratio
 
 MIN_GAIN = 0.03  # a change must gain at least 3%, whatever the noise says
@@ -41,14 +42,6 @@ class Settings:
     memory_limit: int | None = None
     seed: int = 0
     only: tuple[str, ...] = ()
-
-
-@dataclass
-class State:
-    config: TrainConfig
-    summary: Summary
-    verdict: Verdict
-    feasible: bool
 
 
 @dataclass
@@ -92,13 +85,10 @@ class Agent:
         return self._remember(key, Comparison, run)
 
     # --- the loop ------------------------------------------------------------------------
-    def _feasible(self, summary: Summary) -> bool:
-        lim = self.settings.memory_limit
-        return not (lim and (summary.peak_memory_bytes or 0) > lim)
-
     def _state(self, config: TrainConfig, summary: Summary) -> State:
         v = diagnose(summary, self.runner.device.type, self.settings.memory_limit)
-        return State(config, summary, v, self._feasible(summary))
+        return State(config, summary, v, not (self.settings.memory_limit and
+                                              (summary.peak_memory_bytes or 0) > self.settings.memory_limit))
 
     def run(self) -> Report:
         with quiet_optuna():
@@ -120,37 +110,53 @@ class Agent:
             raise UserError(f"the baseline could not be measured twice side by side ({aa.failed}).")
         margin = noise_margin(aa.ratio, aa.pairs, MIN_GAIN)
         r.noise = Noise(ratio=aa.ratio, low=aa.low, high=aa.high, pairs=aa.pairs, margin=margin, min_gain=MIN_GAIN)
-        used, ran_now, tried, round_no = 0, 0, set(), 0
-        by_name = {x.name: x for x in self.recipes}
-        while r.stop_reason is None:
-            todo = [x for x in matching(self.recipes, state.verdict.bottleneck, self.runner.device.type, self.facts)
-                    if x.name not in tried and (not self.settings.only or x.name in self.settings.only)]
-            if not todo:
-                r.stop_reason = self._why_stop(state)
-            elif used >= self.settings.trials:
-                r.stop_reason = f"trial budget spent ({used} of {self.settings.trials})"
-            elif deadline and time.time() >= deadline:
-                r.stop_reason = f"time budget spent ({self.settings.budget_s:.0f} s)"
-            if r.stop_reason is not None:
-                break
-            recipe = todo[0]
-            tried.add(recipe.name)
-            round_no += 1
-            step, state, ran = self._try(round_no, recipe, state, base, margin, self.settings.trials - used, deadline)
-            used += len(step.trials)
-            ran_now += ran
-            r.steps.append(step)
-            r.final, r.diagnosis, r.final_config = state.summary, state.verdict, state.config.flat()
-            r.recommendations = recommendations(r.steps, by_name)
+        ctx = Context(self.storage, self.study, self.runner, Constraints(self.settings.memory_limit, base.first_losses),
+                      self.settings.seed, margin, _band(aa, margin), self._compare, self.events)
+        ctx.note(base.config, base.samples_per_s, base.wall_s)
+        state = self._rounds(ctx, state, deadline)
         if state.config != base_cfg:
             self.events.phase("final against baseline")
             sp = self._compare(f"final:{state.config.short()}", base_cfg, state.config, "final against baseline")
             r.speedup = sp.ratio_only()
         else:
             r.speedup = Ratio(ratio=1.0, low=1.0, high=1.0, pairs=0)
-        r.budget = Budget(trials_used=used, trials_run_now=ran_now, trials_limit=self.settings.trials,
-                          wall_s=time.time() - t_start, budget_s=self.settings.budget_s)
+        r.budget.wall_s = time.time() - t_start
         return r
+
+    def _rounds(self, ctx: Context, state: State, deadline: float | None) -> State:
+        """Rounds until no recipe is worth a search or a budget is spent."""
+        r, s = self.report, self.settings
+        r.budget = Budget(trials_used=0, trials_run_now=0, trials_limit=s.trials, wall_s=0.0, budget_s=s.budget_s)
+        attempts, by_name = Attempts(), {x.name: x for x in self.recipes}
+        while r.stop_reason is None:
+            choices = rank(self.recipes, state.verdict, self.runner.device.type, self.facts, attempts, ctx.margin, s.only)
+            reserve = 3 * (ctx.trial_cost() or 0.0)  # a trial, and the final comparison's windows
+            if not choices:
+                r.stop_reason = stop_reason(state.verdict, ctx.margin)
+            elif r.budget.trials_used >= s.trials:
+                r.stop_reason = f"trial budget spent ({r.budget.trials_used} of {s.trials})"
+            elif deadline and time.time() + reserve >= deadline:
+                r.stop_reason = f"time budget spent ({s.budget_s:.0f} s; the next trial would not finish inside it)"
+            if r.stop_reason is not None:
+                break
+            joint = joint_memory_recipe(choices)
+            recipe, target, expected = (joint, Bottleneck.MEMORY, math.inf) if joint else (
+                choices[0].recipe, choices[0].target, choices[0].expected)
+            for c in choices if joint else choices[:1]:
+                if joint is None or c.target is Bottleneck.MEMORY:
+                    attempts.record(c.recipe, state.verdict)
+            if joint:
+                by_name[joint.name] = joint
+            out = play(ctx, len(r.steps) + 1, recipe, target, expected, state, s.trials - r.budget.trials_used,
+                       deadline - reserve if deadline else None)
+            state = out.state
+            r.budget.trials_used += len(out.step.trials)
+            r.budget.trials_run_now += out.ran
+            r.budget.trials_skipped_for_budget += out.skipped
+            r.steps.append(out.step)
+            r.final, r.diagnosis, r.final_config = state.summary, state.verdict, state.config.flat()
+            r.recommendations = recommendations(r.steps, by_name)
+        return state
 
     def _baseline(self, config: TrainConfig) -> Summary:
         try:
@@ -161,64 +167,6 @@ class Agent:
                 f"{exc.kind.value}: {exc.reason}. Fix the workload so that `autotune profile` runs, then tune.\n{exc.detail}"
             ) from None
 
-    def _why_stop(self, state: State) -> str:
-        v = state.verdict
-        if acceptable(v):
-            return f"the slowest stage is acceptable: the step is compute-bound ({v.reason}) and every matching recipe was tried"
-        advice = ADVICE.get(v.bottleneck)
-        return f"no recipe left for the {v.bottleneck.value} bottleneck ({v.reason})" + (f"; in your code: {advice}" if advice else "")
-
-    def _try(self, round_no: int, recipe: Recipe, state: State, base: Summary, margin: float,
-             trials_left: int, deadline: float | None) -> tuple[Step, State, int]:
-        dev = self.runner.device.type
-        space = recipe.space(dev, machine.cores(), self.runner.workload.batch_size)
-        name = f"{self.study}/{round_no:02d}-{recipe.name}"
-        search = RecipeSearch(self.storage, name, space, state.config, self.runner,
-                              Constraints(self.settings.memory_limit, base.first_losses), self.settings.seed)
-        n = min(recipe.trials, trials_left)  # finished trials of a resumed study count
-        self.events.recipe(round_no, recipe.name, min(n, search.grid))
-        ran = search.run(n, deadline, on_trial=lambda t: self.events.trial(trial_record(t)))
-        step = Step(round=round_no, recipe=recipe.name, bottleneck=state.verdict.bottleneck,
-                    trials=[trial_record(t) for t in search.finished()], before=Brief.of(state.summary))
-        best = search.best()
-        if best is None or best.user_attrs.get("config") == state.config.flat():
-            step.reason = ("every trial was infeasible or failed" if best is None
-                           else "no trial beat the current config in the search")
-            if best is not None and state.feasible is False:
-                step.reason = "the current config is over the memory limit and no trial fit"
-            return step, state, ran
-        cand = TrainConfig().with_changes(best.user_attrs["config"])
-        cand_summary = stored_summary(best)
-        assert cand_summary is not None, "a complete trial always stores its summary"
-        step.changes = state.config.diff(cand)
-        step.after, step.after_config = Brief.of(cand_summary), cand.flat()
-        sp = self._compare(f"{name}:accept", state.config, cand, f"{recipe.name} against current")
-        self._decide(step, sp, state, cand_summary, margin, best.value)
-        self.events.decision(recipe.name, step.accepted, step.reason or "")
-        if step.accepted:
-            state = self._state(cand, cand_summary)
-        return step, state, ran
-
-    def _decide(self, step: Step, sp: Comparison, state: State, cand: Summary, margin: float, estimate: float) -> None:
-        """Accept or reject the candidate on its interleaved comparison, with the reason."""
-        if not state.feasible:
-            # The incumbent does not fit: any feasible config is progress, and the fastest wins.
-            ratio = f"; throughput ratio {sp.ratio:.2f}x [{sp.low:.2f}, {sp.high:.2f}]" if sp.measured else ""
-            step.accepted, step.speedup = True, sp.ratio_only() if sp.measured else None
-            step.reason = f"fits the memory limit (peak {cand.peak_memory_bytes} B, limit {self.settings.memory_limit} B){ratio}"
-        elif sp.failed:
-            step.reason = f"the interleaved re-measurement failed: {sp.failed}"
-        elif not sp.measured:
-            step.reason = f"the interleaved re-measurement gave too few usable pairs ({sp.pairs}) for an interval"
-        else:
-            step.speedup = sp.ratio_only()
-            if sp.low > margin:
-                step.accepted = True
-                step.reason = f"{sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}] clears the noise margin {margin:.3f}"
-            else:
-                step.reason = (f"measured {sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}] does not clear "
-                               f"the noise margin {margin:.3f} (search estimate was {estimate / state.summary.samples_per_s:.2f}x)")
-
     def _header(self) -> Report:
         dev = self.runner.device
         return Report(
@@ -228,6 +176,14 @@ class Agent:
             protocol=self.runner.protocol.describe(),
             study=StudyRef(name=self.study, storage=self.storage_label),
         )
+
+
+def _band(aa: Comparison, margin: float) -> float:
+    """How far apart two single readings of one config fall here: the A/A interval's
+    width, never narrower than the acceptance margin itself."""
+    if aa.measured and aa.low:
+        return max(margin, aa.high / aa.low)
+    return max(margin, 1.10)
 
 
 def recommendations(steps: list[Step], recipes: dict[str, Recipe]) -> list[Recommendation]:

@@ -36,7 +36,9 @@ def profile(args: argparse.Namespace) -> int:
     from .diagnose import ADVICE, diagnose
     from .loop import resolve_device
     from .measure import measure
-    from .recipes import load_recipes, matching
+    from .agent import MIN_GAIN
+    from .plan import Attempts, rank
+    from .recipes import load_recipes
     from .report import terminal
     from .units import parse_size
     from .workload import facts, load_workload
@@ -55,7 +57,8 @@ def profile(args: argparse.Namespace) -> int:
     summary = m.summary()
     verdict = diagnose(summary, device.type, limit)
     found = facts(workload)
-    fits = matching(recipes, verdict.bottleneck, device.type, found)
+    # What `autotune tune` would try first, by expected gain per cost (no A/A here: the bar is MIN_GAIN).
+    fits = [c.recipe for c in rank(recipes, verdict, device.type, found, Attempts(), 1 + MIN_GAIN)]
     terminal.print_profile(workload.name, device.type, workload.batch_size, summary, verdict, fits, found,
                            ADVICE.get(verdict.bottleneck, "see the evidence above."))
     if json_path:

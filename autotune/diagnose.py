@@ -1,17 +1,24 @@
-"""The bottleneck classifier: a class, the slowest stage, and the numbers that decided it.
+"""The bottleneck classifier: every waste whose rule fires, ranked, with the numbers that
+decided it; the dominant one names the bottleneck.
 
-Thresholds start from what public tools use, and each says where it comes from. Rules are
-checked in order; the first that fires names the bottleneck, and every rule's numbers are
-kept as evidence either way.
+Thresholds start from what public tools use, and each says where it comes from. A share
+measured per window carries its 95% interval: a share whose interval straddles its line
+is *borderline*, and a borderline rule keeps the state it had in the previous verdict of
+the same run (hysteresis), so noise around a line never flips a verdict back and forth.
+Each waste carries the most a fix could gain (Amdahl: removing a share `s` of the step
+gains at most `1 / (1 - s)`).
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from typing import Any
 
-from .record import Bottleneck, Summary, Verdict
+from .record import Bottleneck, Summary, Verdict, Waste
+from .stats import t95
 
-__all__ = ["ADVICE", "Bottleneck", "Verdict", "acceptable", "diagnose"]
+__all__ = ["ADVICE", "Bottleneck", "Verdict", "Waste", "amdahl", "diagnose", "material"]
 
 # Data wait above 5% of the step: the PyTorch profiler TensorBoard plugin's input-bound rule.
 INPUT_SHARE = 0.05
@@ -30,7 +37,7 @@ SHORT_KERNEL_SHARE = 0.5
 # step runs hundreds of them (dispatch costs a few us per op; big matmuls take ms).
 CPU_MEAN_OP_US = 40.0
 CPU_OPS_PER_STEP = 200
-
+COMPUTE_STAGES = ("forward", "backward", "optimizer", "other")
 
 # What to do where no recipe can act: the fix is in the user's code.
 ADVICE = {
@@ -41,57 +48,155 @@ ADVICE = {
 }
 
 
-def diagnose(summary: Summary, device: str, memory_limit: int | None = None, oom: bool = False) -> Verdict:
-    """Classify one measurement summary."""
-    sig = summary.signals.model_dump()
-    stages = {k: v.share for k, v in summary.stages.items()}
-    slowest = max(stages, key=stages.get)
-    peak = summary.peak_memory_bytes
+def amdahl(share: float) -> float:
+    """The most removing `share` of the step can gain."""
+    return 1.0 / max(1e-9, 1.0 - min(share, 0.999999))
+
+
+def material(w: Waste, margin: float) -> bool:
+    """Whether removing this waste could gain more than the noise can resolve."""
+    return w.cls is Bottleneck.MEMORY or (w.max_gain is not None and w.max_gain > margin)
+
+
+def _interval(values: list[float]) -> tuple[float, float]:
+    """95% interval of a mean over windows (a point when there is one window)."""
+    if len(values) < 2:
+        m = values[0] if values else 0.0
+        return m, m
+    m, half = statistics.fmean(values), t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return m - half, m + half
+
+
+class _Rules:
+    """One summary's numbers, and the rule for each class."""
+
+    def __init__(self, summary: Summary, device: str, memory_limit: int | None, previous: Verdict | None) -> None:
+        self.s, self.device, self.limit = summary, device, memory_limit
+        self.sig = summary.signals.model_dump()
+        self.shares = {k: v.share for k, v in summary.stages.items()}
+        self.before = {w.cls for w in previous.wastes} if previous else None
+
+    def _by_share(self, cls: Bottleneck, stage: str, line: float, what: str) -> Waste | None:
+        share = self.shares.get(stage, 0.0)
+        low, high = _interval([w.get(stage, 0.0) for w in self.s.window_stage_shares] or [share])
+        ev = {f"{stage}_share": round(share, 4), "interval": [round(low, 4), round(high, 4)], "threshold": line}
+        if low > line:
+            fires, borderline = True, False
+        elif high <= line:
+            fires, borderline = False, False
+        else:  # within noise of the line: keep what the previous verdict said
+            fires, borderline = (share > line) if self.before is None else (cls in self.before), True
+        if not fires:
+            return None
+        ev["borderline"] = borderline
+        return Waste(cls=cls, share=share, max_gain=amdahl(share), evidence=ev,
+                     reason=f"{what} {share:.0%} of the step (> {line:.0%}{', within noise of the line' if borderline else ''})")
+
+    def input(self) -> Waste | None:
+        return self._by_share(Bottleneck.INPUT, "data", INPUT_SHARE, "the step waits for data")
+
+    def transfer(self) -> Waste | None:
+        pageable = self.device == "cuda" and (self.sig.get("pageable_copies_per_step") or 0) > 0
+        w = self._by_share(Bottleneck.TRANSFER, "h2d", 0.02 if pageable else H2D_SHARE, "host-to-device copies take")
+        if w is not None:
+            w.evidence["pageable_copies_per_step"] = self.sig.get("pageable_copies_per_step")
+        return w
+
+    def communication(self) -> Waste | None:
+        share = self.sig.get("comm_share") or 0.0
+        if share <= COMM_SHARE:
+            return None
+        return Waste(cls=Bottleneck.COMMUNICATION, share=share, max_gain=amdahl(share),
+                     evidence={"comm_share": share, "threshold": COMM_SHARE},
+                     reason=f"collectives take {share:.0%} of the step (> {COMM_SHARE:.0%})")
+
+    def sync(self) -> Waste | None:
+        n = self.sig.get("syncs_per_step") or 0.0
+        if n < SYNCS_PER_STEP:
+            return None
+        ev = {"syncs_per_step": n, "threshold": SYNCS_PER_STEP}
+        if self.device == "cuda":  # the launch queue drains at each sync: the GPU's idle time is the cost
+            share = max(0.0, 1.0 - (self.sig.get("gpu_busy") or 1.0))
+            note = ""
+        else:
+            share, note = 0.0, " (on CPU a sync costs little; on a GPU it stalls the launch queue)"
+        return Waste(cls=Bottleneck.SYNC, share=share, max_gain=amdahl(share), evidence=ev,
+                     reason=f"{n:.1f} host-device syncs per step in the model/loss code{note}")
+
+    def launch(self) -> Waste | None:
+        ops, mean_us = self.sig.get("ops_per_step") or 0.0, self.sig.get("mean_op_us")
+        if self.device == "cuda":
+            busy, short = self.sig.get("gpu_busy") or 1.0, self.sig.get("short_kernel_share") or 0.0
+            if not (busy < GPU_BUSY and short > SHORT_KERNEL_SHARE):
+                return None
+            share, reason = 1.0 - busy, f"the GPU is busy {busy:.0%} of the time with mostly short kernels"
+            ev = {"gpu_busy": busy, "gpu_busy_threshold": GPU_BUSY, "short_kernel_share": short}
+        else:
+            if mean_us is None or mean_us >= CPU_MEAN_OP_US or ops < CPU_OPS_PER_STEP:
+                return None
+            step = self.s.step_time_s.mean or 0.0
+            busy = 1.0 - self.shares.get("data", 0.0) - self.shares.get("h2d", 0.0)
+            share = min(busy, ops * mean_us * 1e-6 / step) if step else 0.0  # time in tiny ops: what fusing removes
+            reason = f"{ops:.0f} ops per step averaging {mean_us:.1f} us: dispatch overhead dominates"
+            ev = {"ops_per_step": ops, "mean_op_us": mean_us, "cpu_mean_op_us_threshold": CPU_MEAN_OP_US,
+                  "cpu_ops_per_step_threshold": CPU_OPS_PER_STEP}
+        return Waste(cls=Bottleneck.LAUNCH, share=share, max_gain=amdahl(share), evidence=ev, reason=reason)
+
+    def memory(self, oom: bool) -> Waste | None:
+        peak = self.s.peak_memory_bytes
+        if oom:
+            return Waste(cls=Bottleneck.MEMORY, share=1.0, max_gain=None, evidence={"oom": True},
+                         reason="the step ran out of memory")
+        if not (self.limit and peak is not None and peak > MEMORY_FRACTION * self.limit):
+            return None
+        over = peak > self.limit
+        return Waste(cls=Bottleneck.MEMORY, share=1.0 if over else 0.0, max_gain=None,
+                     evidence={"peak_memory_bytes": peak, "memory_limit_bytes": self.limit, "threshold": MEMORY_FRACTION},
+                     reason=f"peak memory is {peak / self.limit:.0%} of the limit (> {MEMORY_FRACTION:.0%})"
+                            + ("; the config does not fit" if over else ""))
+
+    def compute(self) -> Waste:
+        share = sum(self.shares.get(k, 0.0) for k in COMPUTE_STAGES)
+        return Waste(cls=Bottleneck.COMPUTE, share=share, max_gain=None, evidence={"compute_share": round(share, 4)},
+                     reason=f"the model's own work ({', '.join(COMPUTE_STAGES)}) is {share:.0%} of the step")
+
+
+def _evidence(r: _Rules, memory_limit: int | None) -> dict[str, Any]:
+    sig, st = r.sig, r.shares
     ev: dict[str, Any] = {
-        "stage_shares": {k: round(v, 4) for k, v in stages.items()},
-        "data_share": round(stages["data"], 4), "input_threshold": INPUT_SHARE,
-        "h2d_share": round(stages["h2d"], 4), "h2d_threshold": H2D_SHARE,
+        "stage_shares": {k: round(v, 4) for k, v in st.items()},
+        "data_share": round(st.get("data", 0.0), 4), "input_threshold": INPUT_SHARE,
+        "h2d_share": round(st.get("h2d", 0.0), 4), "h2d_threshold": H2D_SHARE,
         "syncs_per_step": sig.get("syncs_per_step"), "sync_threshold": SYNCS_PER_STEP,
         "comm_share": sig.get("comm_share"), "comm_threshold": COMM_SHARE,
-        "peak_memory_bytes": peak, "memory_limit_bytes": memory_limit, "memory_threshold": MEMORY_FRACTION,
+        "peak_memory_bytes": r.s.peak_memory_bytes, "memory_limit_bytes": memory_limit,
+        "memory_threshold": MEMORY_FRACTION,
         "ops_per_step": sig.get("ops_per_step"), "mean_op_us": sig.get("mean_op_us"),
     }
-    if device == "cuda":
+    if r.device == "cuda":
         ev.update(gpu_busy=sig.get("gpu_busy"), gpu_busy_threshold=GPU_BUSY,
                   short_kernel_share=sig.get("short_kernel_share"),
                   pageable_copies_per_step=sig.get("pageable_copies_per_step"))
     else:
         ev.update(cpu_mean_op_us_threshold=CPU_MEAN_OP_US, cpu_ops_per_step_threshold=CPU_OPS_PER_STEP)
-
-    def verdict(b: Bottleneck, reason: str) -> Verdict:
-        return Verdict(bottleneck=b, slowest_stage=slowest, evidence=ev, reason=reason)
-
-    if oom:
-        return verdict(Bottleneck.MEMORY, "the step ran out of memory")
-    if memory_limit and peak is not None and peak > MEMORY_FRACTION * memory_limit:
-        return verdict(Bottleneck.MEMORY, f"peak memory is {peak / memory_limit:.0%} of the limit (> {MEMORY_FRACTION:.0%})")
-    if stages["data"] > INPUT_SHARE:
-        return verdict(Bottleneck.INPUT, f"the step waits for data {stages['data']:.0%} of the time (> {INPUT_SHARE:.0%})")
-    if (sig.get("comm_share") or 0) > COMM_SHARE:
-        return verdict(Bottleneck.COMMUNICATION, f"collectives take {sig['comm_share']:.0%} of the step (> {COMM_SHARE:.0%})")
-    if stages["h2d"] > H2D_SHARE or (device == "cuda" and (sig.get("pageable_copies_per_step") or 0) > 0 and stages["h2d"] > 0.02):
-        return verdict(Bottleneck.TRANSFER, f"host-to-device copies take {stages['h2d']:.0%} of the step")
-    if (sig.get("syncs_per_step") or 0) >= SYNCS_PER_STEP:
-        note = "" if device == "cuda" else " (on CPU a sync costs little; on a GPU it stalls the launch queue)"
-        return verdict(Bottleneck.SYNC, f"{sig['syncs_per_step']:.1f} host-device syncs per step in the model/loss code{note}")
-    if device == "cuda":
-        if (sig.get("gpu_busy") or 1) < GPU_BUSY and (sig.get("short_kernel_share") or 0) > SHORT_KERNEL_SHARE:
-            return verdict(Bottleneck.LAUNCH, f"the GPU is busy {sig['gpu_busy']:.0%} of the time with mostly short kernels")
-    elif (sig.get("mean_op_us") or 1e9) < CPU_MEAN_OP_US and (sig.get("ops_per_step") or 0) >= CPU_OPS_PER_STEP:
-        return verdict(Bottleneck.LAUNCH, f"{sig['ops_per_step']:.0f} ops per step averaging {sig['mean_op_us']:.1f} us: dispatch overhead dominates")
-    return verdict(Bottleneck.COMPUTE, f"the step is spent in {slowest} and no overhead rule fired")
+    return ev
 
 
-def acceptable(v: Verdict) -> bool:
-    """Whether the slowest stage is acceptable: the step is bound by useful compute.
+# Rule order breaks ties between equal shares (and ranks the no-share sync rule on CPU).
+_ORDER = [Bottleneck.MEMORY, Bottleneck.INPUT, Bottleneck.COMMUNICATION, Bottleneck.TRANSFER, Bottleneck.SYNC,
+          Bottleneck.LAUNCH, Bottleneck.COMPUTE]
 
-    Every other class names waste a recipe can remove (waiting for data, copies, syncs,
-    dispatch, memory pressure, collectives). A compute-bound step still has compute recipes
-    (AMP, compile, channels_last); the agent stops once those are tried.
-    """
-    return v.bottleneck is Bottleneck.COMPUTE
+
+def diagnose(summary: Summary, device: str, memory_limit: int | None = None, oom: bool = False,
+             previous: Verdict | None = None) -> Verdict:
+    """Classify one measurement summary; `previous` (the run's last verdict) settles
+    shares within noise of their line."""
+    r = _Rules(summary, device, memory_limit, previous)
+    fired = [w for w in (r.memory(oom), r.input(), r.communication(), r.transfer(), r.sync(), r.launch()) if w]
+    wastes = sorted(fired, key=lambda w: (w.cls is not Bottleneck.MEMORY, -w.share, _ORDER.index(w.cls)))
+    wastes.append(r.compute())
+    top = wastes[0]
+    slowest = max(r.shares, key=r.shares.get)
+    reason = top.reason if top.cls is not Bottleneck.COMPUTE else f"the step is spent in {slowest} and no overhead rule fired"
+    return Verdict(bottleneck=top.cls, slowest_stage=slowest, evidence=_evidence(r, memory_limit), reason=reason,
+                   wastes=wastes)

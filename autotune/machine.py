@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 
 import torch
 
-from .record import Machine
+from .record import Machine, Summary
 
-__all__ = ["cores", "cpu_name", "describe"]
+__all__ = ["available_memory_bytes", "cores", "cpu_name", "describe", "growth_limit", "open_files_limit"]
+
+FILES_PER_WORKER = 8  # pipes, a shared-memory handle and queues per DataLoader worker
+WORKER_MEMORY_SHARE = 0.5  # DataLoader workers may take at most this much of the available memory
 
 
 def cores() -> int:
@@ -33,3 +37,34 @@ def describe(device: torch.device) -> Machine:
     return Machine(cores=cores(), torch=torch.__version__, cpu=cpu_name(),
                    gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
                    python=platform.python_version())
+
+
+def available_memory_bytes() -> int | None:
+    """Memory the host can still give (MemAvailable), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def open_files_limit() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def growth_limit(key: str, summary: Summary) -> int:
+    """The largest value a growing knob may take on this host, given what a trial used.
+
+    DataLoader workers are processes: each may hold as much resident memory as the
+    training process did (an upper bound; fork shares pages until they are written) and
+    several open files."""
+    if key != "data.num_workers":
+        return 2**31
+    limits = [open_files_limit() // FILES_PER_WORKER]
+    avail, rss = available_memory_bytes(), summary.peak_rss_bytes
+    if avail and rss:
+        limits.append(int(WORKER_MEMORY_SHARE * avail // rss))
+    return max(1, min(limits))

@@ -115,6 +115,7 @@ class Measurement:
             windows_samples_per_s=thr,
             window_cv=statistics.pstdev(thr) / statistics.mean(thr) if len(thr) > 1 and statistics.mean(thr) else 0.0,
             stages={k: StageTime(s=v, share=v / step_mean if step_mean else 0.0) for k, v in stage_s.items()},
+            window_stage_shares=[_shares(w.steps) for w in self.windows if w.steps],
             peak_memory_bytes=self.peak_memory_bytes,
             peak_rss_bytes=self.peak_rss_bytes,
             one_time=self.one_time,
@@ -122,6 +123,13 @@ class Measurement:
             measured_steps=len(steps),
             first_losses=self.first_losses,
         )
+
+
+def _shares(steps: list[dict[str, float]]) -> dict[str, float]:
+    """One window's stage shares of its summed step time."""
+    total = {k: sum(s[k] for s in steps) for k in STAGES}
+    whole = sum(total.values())
+    return {k: (v / whole if whole else 0.0) for k, v in total.items()}
 
 
 class Session:

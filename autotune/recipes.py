@@ -12,7 +12,7 @@ import ast
 import importlib.resources
 import operator
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ class Knob:
     max: Any = None
     min: Any = None
     device: str | None = None
+    grow: bool = False  # numeric: the range may grow geometrically past its top (see `grown`)
 
     def values(self, device: str, cores: int, batch: int) -> list[Any]:
         if self.device and self.device != device:
@@ -82,7 +83,11 @@ class Recipe:
     tradeoffs: str
     snippet: str = ""
     source: str = ""
-    extra: dict = field(default_factory=dict)
+    # Priors that only order the ladder (the measurement decides): the fraction of a
+    # targeted waste the recipe is expected to remove, and its expected compute speedup.
+    removes: float = 0.8
+    compute_speedup: float = 1.1
+    each_knob_first: bool = False  # a joint search: measure each knob alone before combining them
 
     def applies(self, device: str, facts: dict[str, bool]) -> tuple[bool, str]:
         if device not in self.devices:
@@ -97,40 +102,11 @@ class Recipe:
         return {k: v for k, v in out.items() if v}
 
 
-def _parse(path: Any) -> Recipe:
-    where = f"recipe file {str(path)!r}"
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise UserError(f"{where} is not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{where} must be a mapping with name, targets, cost, knobs, tradeoffs.")
-    errors = []
-    known = {"name", "summary", "targets", "cost", "applies", "knobs", "trials", "tradeoffs", "snippet"}
-    for k in data:
-        if k not in known:
-            errors.append(f"unknown field {k!r} (known: {', '.join(sorted(known))})")
-    for k in ("name", "targets", "cost", "knobs", "tradeoffs"):
-        if k not in data:
-            errors.append(f"missing field {k!r}")
-    classes = {b.value for b in Bottleneck}
-    targets = data.get("targets") or []
-    if not isinstance(targets, list) or any(t not in classes for t in targets):
-        errors.append(f"field 'targets' must be a list of {sorted(classes)}, got {targets!r}")
-    if "cost" in data and (not isinstance(data["cost"], int) or isinstance(data["cost"], bool)):
-        errors.append(f"field 'cost' must be an integer rank, got {data['cost']!r}")
-    applies = data.get("applies") or {}
-    devices = applies.get("devices", ["cpu", "cuda"]) if isinstance(applies, dict) else None
-    requires = applies.get("requires", []) if isinstance(applies, dict) else None
-    if not isinstance(devices, list) or any(d not in ("cpu", "cuda") for d in devices):
-        errors.append(f"field 'applies.devices' must list cpu and/or cuda, got {devices!r}")
-    if not isinstance(requires, list) or any(r not in FACTS for r in requires):
-        errors.append(f"field 'applies.requires' must list some of {list(FACTS)}, got {requires!r}")
-    knobs = []
-    raw = data.get("knobs") or {}
+def _parse_knobs(raw: Any, errors: list[str]) -> list[Knob]:
+    knobs: list[Knob] = []
     if not isinstance(raw, dict) or not raw:
         errors.append("field 'knobs' must map dotted config keys to {choices: [...]}")
-        raw = {}
+        return knobs
     for key, spec in raw.items():
         if key not in KEYS:
             errors.append(f"field 'knobs.{key}': not a config key (known: {', '.join(KEYS)})")
@@ -148,16 +124,61 @@ def _parse(path: Any) -> Recipe:
                     evaluate(spec[bound], {"cores": 2, "batch": 64})
                 except (ValueError, SyntaxError) as exc:
                     errors.append(f"field 'knobs.{key}.{bound}': {exc}")
-        knobs.append(Knob(key, tuple(ch) if isinstance(ch, list) else ch, spec.get("max"), spec.get("min"), spec.get("device")))
+        grow = spec.get("grow", False)
+        if not isinstance(grow, bool):
+            errors.append(f"field 'knobs.{key}.grow' must be true or false, got {grow!r}")
+        knobs.append(Knob(key, tuple(ch) if isinstance(ch, list) else ch, spec.get("max"), spec.get("min"),
+                          spec.get("device"), bool(grow)))
+    return knobs
+
+
+def _number(data: dict, key: str, default: float, low: float, high: float, errors: list[str]) -> float:
+    v = data.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
+        errors.append(f"field {key!r} must be a number from {low} to {high}, got {v!r}")
+        return default
+    return float(v)
+
+
+def _parse(path: Any) -> Recipe:
+    where = f"recipe file {str(path)!r}"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"{where} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{where} must be a mapping with name, targets, cost, knobs, tradeoffs.")
+    errors: list[str] = []
+    known = {"name", "summary", "targets", "cost", "applies", "knobs", "trials", "tradeoffs", "snippet", "removes",
+             "compute_speedup"}
+    errors += [f"unknown field {k!r} (known: {', '.join(sorted(known))})" for k in data if k not in known]
+    errors += [f"missing field {k!r}" for k in ("name", "targets", "cost", "knobs", "tradeoffs") if k not in data]
+    classes = {b.value for b in Bottleneck}
+    targets = data.get("targets") or []
+    if not isinstance(targets, list) or any(t not in classes for t in targets):
+        errors.append(f"field 'targets' must be a list of {sorted(classes)}, got {targets!r}")
+    if "cost" in data and (not isinstance(data["cost"], int) or isinstance(data["cost"], bool) or data["cost"] < 1):
+        errors.append(f"field 'cost' must be a positive integer rank, got {data['cost']!r}")
+    applies = data.get("applies") or {}
+    devices = applies.get("devices", ["cpu", "cuda"]) if isinstance(applies, dict) else None
+    requires = applies.get("requires", []) if isinstance(applies, dict) else None
+    if not isinstance(devices, list) or any(d not in ("cpu", "cuda") for d in devices):
+        errors.append(f"field 'applies.devices' must list cpu and/or cuda, got {devices!r}")
+    if not isinstance(requires, list) or any(r not in FACTS for r in requires):
+        errors.append(f"field 'applies.requires' must list some of {list(FACTS)}, got {requires!r}")
+    knobs = _parse_knobs(data.get("knobs") or {}, errors)
     trials = data.get("trials", 6)
     if not isinstance(trials, int) or trials < 1:
         errors.append(f"field 'trials' must be a positive integer, got {trials!r}")
+    removes = _number(data, "removes", 0.8, 0.0, 1.0, errors)
+    speedup = _number(data, "compute_speedup", 1.1, 1.0, 100.0, errors)
     if errors:
         raise UserError(f"{where} is malformed: " + "; ".join(errors) + ".")
     return Recipe(
         name=str(data["name"]), summary=str(data.get("summary", "")), targets=tuple(Bottleneck(t) for t in targets),
         cost=data["cost"], devices=tuple(devices), requires=tuple(requires), knobs=tuple(knobs), trials=trials,
         tradeoffs=" ".join(str(data["tradeoffs"]).split()), snippet=str(data.get("snippet", "")), source=str(path),
+        removes=removes, compute_speedup=speedup,
     )
 
 

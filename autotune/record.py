@@ -96,6 +96,8 @@ class Summary(Record):
     windows_samples_per_s: list[float]
     window_cv: float = Field(description="Coefficient of variation of the windows' throughput.")
     stages: dict[str, StageTime]
+    window_stage_shares: list[dict[str, float]] = Field(
+        default_factory=list, description="Each window's stage shares: the spread a diagnosis weighs a share against.")
     peak_memory_bytes: int | None = None
     peak_rss_bytes: int | None = None
     one_time: dict[str, float] = Field(default_factory=dict, description="setup_s, first_step_s, loader_first_batch_s.")
@@ -105,13 +107,31 @@ class Summary(Record):
     wall_s: float | None = Field(None, description="Wall time of the whole measurement, start-up included (s).")
 
 
+class Waste(Record):
+    """One class whose rule fired: what share of the step it costs and the most a fix could gain."""
+
+    model_config = ConfigDict(extra="forbid", serialize_by_alias=True, validate_by_name=True, validate_by_alias=True)
+
+    cls: Bottleneck = Field(alias="class")
+    share: float = Field(description="Fraction of the step this waste costs (memory: 1 when the config does not fit).")
+    max_gain: float | None = Field(description="Amdahl bound: 1 / (1 - share); null where no bound applies "
+                                               "(memory is a constraint, compute is the model's own work).")
+    reason: str = ""
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
 class Verdict(Record):
-    """A diagnosis: the class, the slowest stage, and the numbers that decided it."""
+    """A diagnosis: the dominant class, the slowest stage, every waste ranked, and the numbers."""
 
     bottleneck: Bottleneck
     slowest_stage: str
     evidence: dict[str, Any] = Field(default_factory=dict)
     reason: str = ""
+    wastes: list[Waste] = Field(default_factory=list, description="Every class whose rule fires, ranked; "
+                                "compute (the model's own work) last.")
+
+    def waste(self, cls: Bottleneck) -> Waste | None:
+        return next((w for w in self.wastes if w.cls is cls), None)
 
 
 class Ratio(Record):
@@ -182,7 +202,10 @@ class Step(Record):
 
     round: int
     recipe: str
-    bottleneck: Bottleneck
+    bottleneck: Bottleneck = Field(description="The class the recipe was chosen for.")
+    expected_gain: float | None = Field(None, description="The prior that ranked this recipe (null: the config "
+                                        "did not fit the memory limit); the measurement decides.")
+    grown: list[str] = Field(default_factory=list, description="Ranges grown past their top, and why.")
     trials: list[Trial] = Field(default_factory=list)
     accepted: bool = False
     changes: Changes = Field(default_factory=dict)
@@ -233,6 +256,7 @@ class Budget(Record):
     trials_used: int
     trials_run_now: int
     trials_limit: int
+    trials_skipped_for_budget: int = Field(0, description="Trials not started: they could not finish inside --budget.")
     wall_s: float
     budget_s: float | None = None
 

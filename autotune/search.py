@@ -27,7 +27,8 @@ from .runner import TrialRunner
 # A trial's mean loss over the first measured steps may differ from the baseline's by at
 # most this fraction (AMP and compilation change rounding, not the trajectory).
 LOSS_TOLERANCE = 0.25
-# Spaces with at most this many points are measured exhaustively, in a seeded order.
+# Spaces with at most this many points are measured exhaustively, in a seeded order; a
+# larger one is searched by TPE (a joint search measures each knob alone first).
 GRID_LIMIT = 12
 
 
@@ -100,10 +101,11 @@ class RecipeSearch:
     """Search one recipe's space from the incumbent; `run` returns the stored study."""
 
     def __init__(self, storage, name: str, space: dict[str, list[Any]], incumbent: TrainConfig,
-                 runner: TrialRunner, constraints: Constraints, seed: int) -> None:
+                 runner: TrialRunner, constraints: Constraints, seed: int, each_knob_first: bool = False) -> None:
         self.space = {k: list(dict.fromkeys([incumbent.get(k), *v])) for k, v in space.items()}
         self.incumbent, self.runner, self.constraints = incumbent, runner, constraints
         self.grid = math.prod(len(v) for v in self.space.values())
+        self.skipped = 0
         # A small space is walked whole (the incumbent first, then a seeded order); a larger
         # one is searched by TPE from the incumbent.
         with quiet_optuna():
@@ -116,6 +118,8 @@ class RecipeSearch:
             rest = [dict(zip(self.space, combo)) for combo in itertools.product(*self.space.values())]
             random.Random(seed).shuffle(rest)
             points += [p for p in rest if p != first]
+        elif each_knob_first:  # one knob at a time (what each does alone), then TPE over the combinations
+            points += [{**first, k: v} for k, vs in self.space.items() for v in vs if v != first[k]]
         waiting = optuna.trial.TrialState.WAITING
         # A waiting trial's values are its fixed params until it runs.
         have = [t.params for t in self.finished()] + [
@@ -163,11 +167,16 @@ class RecipeSearch:
         trial.set_user_attr("state", TrialState.OK.value)
         return summary.samples_per_s
 
-    def run(self, n_trials: int, deadline: float | None, on_trial: Callable | None = None) -> int:
-        """Run until `n_trials` are finished (resumed ones count); returns how many ran now."""
-        ran = 0
+    def run(self, n_trials: int, deadline: float | None, on_trial: Callable | None = None,
+            cost_s: float | None = None) -> int:
+        """Run until `n_trials` are finished (resumed ones count); returns how many ran now.
+
+        A trial that cannot finish before `deadline` (estimated to take `cost_s`) is not
+        started; `skipped` counts them."""
+        ran, self.skipped = 0, 0
         while len(self.finished()) < min(n_trials, self.grid):
-            if deadline is not None and time.time() >= deadline:
+            if deadline is not None and time.time() + (cost_s or 0.0) >= deadline:
+                self.skipped = min(n_trials, self.grid) - len(self.finished())
                 break
             done: list[optuna.trial.FrozenTrial] = []
             with quiet_optuna():
@@ -178,5 +187,16 @@ class RecipeSearch:
         return ran
 
     def best(self) -> optuna.trial.FrozenTrial | None:
+        ok = self.ranked()
+        return ok[0] if ok else None
+
+    def ranked(self) -> list[optuna.trial.FrozenTrial]:
+        """Feasible trials, fastest first, one per config (the first measured of repeats)."""
+        seen, out = set(), []
         ok = [t for t in self.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-        return max(ok, key=lambda t: t.value) if ok else None
+        for t in sorted(ok, key=lambda t: (-t.value, t.number)):
+            key = tuple(sorted((t.user_attrs.get("config") or {}).items(), key=lambda kv: kv[0]))
+            if key not in seen:
+                seen.add(key)
+                out.append(t)
+        return out

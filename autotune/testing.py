@@ -48,14 +48,16 @@ class FakeHandle:
         r, thr = self.runner, self.windows or [self.runner.draw(self.config)]
         mean_thr = statistics.fmean(thr)
         step = r.workload.batch_size / mean_thr
-        shares = {s: r.stages(self.config).get(s, 0.0) for s in STAGES}
-        total = sum(shares.values()) or 1.0
+        true = {s: r.stages(self.config).get(s, 0.0) for s in STAGES}
+        per_window = [r.jitter(true) for _ in thr]  # each window's shares carry the same noise as its throughput
+        shares = {s: statistics.fmean(w[s] for w in per_window) for s in STAGES}
         losses = r.losses(self.config)
         return Summary(
             config=self.config.flat(), samples_per_s=mean_thr, windows_samples_per_s=list(thr),
             window_cv=statistics.pstdev(thr) / mean_thr if len(thr) > 1 else 0.0,
             step_time_s=StepTime(median=step, p90=step * 1.1, mean=step),
-            stages={s: StageTime(s=step * v / total, share=v / total) for s, v in shares.items()},
+            stages={s: StageTime(s=step * v, share=v) for s, v in shares.items()},
+            window_stage_shares=per_window,
             peak_memory_bytes=r.memory(self.config), peak_rss_bytes=10**8,
             one_time={"setup_s": 0.1, "first_step_s": 0.01},
             signals=Signals(ops_per_step=10, mean_op_us=500.0, syncs_per_step=0.0, comm_share=0.0),
@@ -101,6 +103,12 @@ class FakeRunner(Runner):
         level = (1 + self.drift) ** self.windows_taken
         self.windows_taken += 1
         return self.speed(config) * level * (1 + self.rng.gauss(0, self.noise))
+
+    def jitter(self, shares: dict[str, float]) -> dict[str, float]:
+        """Stage shares as one window would measure them: each off by the runner's noise."""
+        noisy = {k: max(0.0, v * (1 + self.rng.gauss(0, self.noise))) for k, v in shares.items()}
+        total = sum(noisy.values()) or 1.0
+        return {k: v / total for k, v in noisy.items()}
 
     def open(self, config: TrainConfig) -> FakeHandle:
         return FakeHandle(self, config)

@@ -185,25 +185,34 @@ def test_memory_comes_before_input():
     assert v.slowest_stage == "data"  # the slowest stage is still reported as measured
 
 
-def test_input_comes_before_communication_transfer_sync_and_launch():
+def test_the_largest_waste_is_the_bottleneck_and_every_fired_rule_is_listed():
     s = summary(with_data(0.3, h2d=0.2), comm_share=0.5, syncs_per_step=4.0, ops_per_step=900, mean_op_us=5.0)
+    v = diagnose(s, "cpu")
+    assert v.bottleneck is Bottleneck.COMMUNICATION  # 50% of the step, more than the 30% data wait
+    listed = [w.cls for w in v.wastes]
+    assert listed[0] is Bottleneck.COMMUNICATION and Bottleneck.TRANSFER in listed
+    assert set(listed) >= {Bottleneck.SYNC, Bottleneck.LAUNCH} and listed[-1] is Bottleneck.COMPUTE
+    shares = [w.share for w in v.wastes[:-1]]
+    assert shares == sorted(shares, reverse=True)
+
+
+def test_equal_shares_keep_the_rule_order():
+    s = summary(with_data(0.2, h2d=0.2), syncs_per_step=4.0)
     assert diagnose(s, "cpu").bottleneck is Bottleneck.INPUT
+    assert diagnose(summary(with_data(0.0, h2d=0.2), comm_share=0.2), "cpu").bottleneck is Bottleneck.COMMUNICATION
 
 
-def test_communication_comes_before_transfer():
-    s = summary(with_data(0.0, h2d=0.2), comm_share=0.5, syncs_per_step=4.0)
-    assert diagnose(s, "cpu").bottleneck is Bottleneck.COMMUNICATION
-
-
-def test_transfer_comes_before_sync():
+def test_transfer_comes_before_a_cpu_sync_which_costs_no_share():
     s = summary(with_data(0.0, h2d=0.2), syncs_per_step=4.0)
-    assert diagnose(s, "cpu").bottleneck is Bottleneck.TRANSFER
+    v = diagnose(s, "cpu")
+    assert v.bottleneck is Bottleneck.TRANSFER
+    assert v.waste(Bottleneck.SYNC).share == 0.0
 
 
-def test_sync_comes_before_launch():
-    assert diagnose(summary(syncs_per_step=2.0, ops_per_step=900, mean_op_us=5.0), "cpu").bottleneck is Bottleneck.SYNC
+def test_sync_is_the_bottleneck_when_it_is_all_there_is():
+    assert diagnose(summary(syncs_per_step=2.0), "cpu").bottleneck is Bottleneck.SYNC
     s = summary(syncs_per_step=2.0, gpu_busy=0.2, short_kernel_share=0.9)
-    assert diagnose(s, "cuda").bottleneck is Bottleneck.SYNC
+    assert diagnose(s, "cuda").bottleneck is Bottleneck.SYNC  # GPU idle 80%: ties with launch, sync first
 
 
 # --- evidence and slowest stage ------------------------------------------------------------

@@ -16,7 +16,7 @@ from autotune.record import Report, Summary, Verdict
 from .charts import e, empty, history_chart, speedup_chart, stage_chart
 from .fmt import Code, fmt_bytes, fmt_ci, fmt_ms, fmt_rate, fmt_ratio, number
 from .tables import (
-    NOT_RECORDED, Table, budget_text, comparison_table, evidence_table, headline, noise_text, protocol_table,
+    NOT_RECORDED, Table, budget_text, comparison_table, evidence_table, waste_table, headline, noise_text, protocol_table,
     recommendation_table, run_table, stage_table, step_title, step_verdict, trial_table,
 )
 
@@ -109,7 +109,8 @@ def _diagnosis(title: str, verdict: Verdict | None) -> str:
         return f"<div><h3>{e(title)}</h3>{empty(NOT_RECORDED)}</div>"
     return (f'<div><h3>{e(title)}: <span class="pill">{e(verdict.bottleneck.value)}</span></h3>'
             f'<p>{e(verdict.reason or "no reason given")}. Slowest stage: <b>{e(verdict.slowest_stage or "?")}</b>.</p>'
-            f"<details open><summary>evidence</summary>{_table(evidence_table(verdict))}</details></div>")
+            f"{_table(waste_table(verdict))}"
+            f"<details><summary>evidence</summary>{_table(evidence_table(verdict))}</details></div>")
 
 
 def _card(title: str, lede: str, *content: str, anchor: str = "") -> str:
@@ -139,6 +140,7 @@ def _snippets(report: Report) -> str:
 def _steps(report: Report) -> str:
     return "".join(
         f'<div class="step"><h3>{e(step_title(s))}</h3><p>{_cell(step_verdict(s), badge=True)}</p>'
+        + "".join(f'<p class="muted">range grown: {e(note)}</p>' for note in s.grown) +
         f'<details open><summary>{len(s.trials)} trials</summary>{_table(trial_table(s))}</details></div>'
         for s in report.steps) or empty("No recipe was tried.")
 

@@ -8,7 +8,7 @@ from autotune.record import Report, Verdict
 
 from .fmt import Code, fmt_ratio, fmt_speedup
 from .tables import (
-    NOT_RECORDED, Table, budget_text, comparison_table, evidence_table, headline, noise_text, protocol_table,
+    NOT_RECORDED, Table, budget_text, comparison_table, evidence_table, waste_table, headline, noise_text, protocol_table,
     recommendation_table, run_table, stage_table, step_title, step_verdict, trial_table,
 )
 
@@ -35,7 +35,8 @@ def _md_diagnosis(title: str, verdict: Verdict | None) -> list[str]:
     if verdict is None:
         return [f"### {title}", "", f"_{NOT_RECORDED}_", ""]
     return [f"### {title}", "", f"**{verdict.bottleneck.value}**: {verdict.reason or 'no reason given'}. "
-            f"Slowest stage: {verdict.slowest_stage or '?'}.", "", _md_table(evidence_table(verdict)), ""]
+            f"Slowest stage: {verdict.slowest_stage or '?'}.", "", _md_table(waste_table(verdict)), "",
+            _md_table(evidence_table(verdict)), ""]
 
 
 def _md_head(report: Report) -> list[str]:
@@ -67,7 +68,9 @@ def _md_steps(report: Report) -> list[str]:
     if not report.steps:
         out += ["_No recipe was tried._", ""]
     for step in report.steps:
-        out += [f"### {step_title(step)}", "", step_verdict(step) + ".", "", _md_table(trial_table(step)), ""]
+        out += [f"### {step_title(step)}", "", step_verdict(step) + ".", ""]
+        out += [f"- range grown: {note}" for note in step.grown] + ([""] if step.grown else [])
+        out += [_md_table(trial_table(step)), ""]
     return out
 
 

@@ -18,7 +18,7 @@ from .fmt import (
 )
 
 __all__ = [
-    "NOT_RECORDED", "Table", "budget_text", "comparison_table", "evidence_table", "headline", "noise_text",
+    "NOT_RECORDED", "Table", "budget_text", "comparison_table", "evidence_table", "waste_table", "headline", "noise_text",
     "protocol_table", "recommendation_table", "run_table", "stage_ms", "stage_names", "stage_table", "step_title",
     "step_verdict", "trial_table",
 ]
@@ -137,6 +137,13 @@ def evidence_table(verdict: Verdict) -> Table:
     rows = [[Code(k), fmt_bytes(v) if k.endswith("_bytes") and number(v) else fmt_evidence(v)]
             for k, v in verdict.evidence.items() if v is not None]
     return ["evidence", "value"], rows
+
+
+def waste_table(verdict: Verdict) -> Table:
+    """Every class whose rule fired, ranked: its share of the step and the most a fix could gain."""
+    rows = [[w.cls.value, f"{w.share:.1%}", "—" if w.max_gain is None else fmt_ratio(w.max_gain), w.reason]
+            for w in verdict.wastes]
+    return ["waste", "share of step", "at most", "why"], rows
 
 
 def _one_time_cell(one_time: float | None) -> str:

@@ -72,10 +72,12 @@ def measurement_lines(summary: Summary) -> list[str]:
 def verdict_lines(v: Verdict) -> list[str]:
     """The bottleneck with its reason and slowest stage, then the evidence."""
     ev = {k: x for k, x in v.evidence.items() if k != "stage_shares" and x is not None}
-    return [
-        f"Bottleneck: [bold yellow]{v.bottleneck.value}[/]  ({escape(v.reason)}); slowest stage: {v.slowest_stage}",
-        "evidence: " + ", ".join(f"{k}={round(x, 4) if isinstance(x, float) else x}" for k, x in ev.items()),
-    ]
+    lines = [f"Bottleneck: [bold yellow]{v.bottleneck.value}[/]  ({escape(v.reason)}); slowest stage: {v.slowest_stage}"]
+    for i, w in enumerate(v.wastes, 1):
+        bound = "" if w.max_gain is None else f", a fix gains at most {w.max_gain:.2f}x"
+        lines.append(f"  {i}. {w.cls.value}: {w.share:.1%} of the step{bound} ({escape(w.reason)})")
+    lines.append("evidence: " + escape(", ".join(f"{k}={round(x, 4) if isinstance(x, float) else x}" for k, x in ev.items())))
+    return lines
 
 
 def recipe_table(recipes: Sequence[Recipe], device: str | None = None, facts: dict[str, bool] | None = None,
@@ -113,7 +115,7 @@ def print_profile(workload: str, device: str, batch_size: int, summary: Summary,
     for line in verdict_lines(verdict):
         c.print(line)
     if recipes:
-        c.print(recipe_table(recipes, device, facts, title="Recipes that match, cheapest first"))
+        c.print(recipe_table(recipes, device, facts, title="Recipes worth a search, by expected gain per cost (what tune tries first)"))
     else:
         c.print("No recipe targets this bottleneck: " + escape(advice))
 

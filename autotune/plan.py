@@ -1,0 +1,123 @@
+"""What to try next: every recipe that could act on a material waste or on the compute,
+ranked by expected gain per cost, across the whole verdict rather than its top label.
+
+A recipe's expected gain is a prior (the recipe file's `removes` and `compute_speedup`)
+bounded by the measured shares (Amdahl); it only orders the ladder, the measurement
+decides. A recipe whose best case cannot clear the noise is not worth trials. A recipe
+may be tried again once, when a later accepted change has moved the step's time onto the
+class it targets. When the config does not fit the memory limit, the memory-saving
+recipes are searched together first (precision, micro-batch, checkpointing), since any
+one alone may not fit while a pair does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .diagnose import ADVICE, material
+from .recipes import Knob, Recipe
+from .record import Bottleneck, Verdict, Waste
+
+__all__ = ["Attempts", "Choice", "expected_gain", "joint_memory_recipe", "rank", "stop_reason"]
+
+REVISIT_GROWTH = 1.5  # a target's share must grow this much (and by REVISIT_MIN) to try a recipe again
+REVISIT_MIN = 0.05
+
+
+@dataclass(frozen=True)
+class Choice:
+    recipe: Recipe
+    target: Bottleneck
+    expected: float
+    score: float
+
+
+@dataclass
+class Attempts:
+    """Which recipes were tried, how often, and the shares of their targets back then."""
+
+    shares: dict[str, list[dict[Bottleneck, float]]] = field(default_factory=dict)
+
+    def record(self, recipe: Recipe, verdict: Verdict) -> None:
+        self.shares.setdefault(recipe.name, []).append({w.cls: w.share for w in verdict.wastes})
+
+    def times(self, name: str) -> int:
+        return len(self.shares.get(name, []))
+
+    def may_try(self, recipe: Recipe, verdict: Verdict) -> bool:
+        """Untried, or tried once and a target's share has since grown materially."""
+        past = self.shares.get(recipe.name)
+        if not past:
+            return True
+        if len(past) > 1:
+            return False
+        for w in verdict.wastes:
+            before = past[0].get(w.cls, 0.0)
+            if w.cls in recipe.targets and w.cls is not Bottleneck.COMPUTE and \
+                    w.share >= REVISIT_GROWTH * before and w.share >= before + REVISIT_MIN:
+                return True
+        return False
+
+
+def expected_gain(recipe: Recipe, waste: Waste) -> float:
+    """The prior gain of `recipe` on one waste, bounded by the waste's measured share."""
+    if waste.cls is Bottleneck.COMPUTE:
+        return 1.0 / (1.0 - waste.share * (1.0 - 1.0 / recipe.compute_speedup))
+    if waste.cls is Bottleneck.MEMORY:
+        return math.inf if waste.share >= 1.0 else 1.0  # not fitting outranks any speed
+    return 1.0 / max(1e-9, 1.0 - recipe.removes * waste.share)
+
+
+def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, bool], attempts: Attempts,
+         margin: float, only: tuple[str, ...] = ()) -> list[Choice]:
+    """Every recipe worth a search now, best expected gain per cost first."""
+    out = []
+    for r in recipes:
+        if (only and r.name not in only) or not r.applies(device, facts)[0] or not attempts.may_try(r, verdict):
+            continue
+        best: Choice | None = None
+        for w in verdict.wastes:
+            if w.cls not in r.targets or not (material(w, margin) or w.cls is Bottleneck.COMPUTE):
+                continue
+            g = expected_gain(r, w)
+            if g <= margin:
+                continue  # even the prior's best case would not clear the noise
+            score = math.inf if math.isinf(g) else math.log(g) / r.cost
+            if best is None or score > best.score:
+                best = Choice(r, w.cls, g, score)
+        if best is not None:
+            out.append(best)
+    return sorted(out, key=lambda c: (-c.score, c.recipe.cost, c.recipe.name))
+
+
+def joint_memory_recipe(choices: list[Choice]) -> Recipe | None:
+    """The memory-saving recipes among `choices` as one search, when the config does not fit."""
+    parts = [c.recipe for c in choices if c.target is Bottleneck.MEMORY and math.isinf(c.expected)]
+    if len(parts) < 2:
+        return None
+    knobs: dict[str, Knob] = {}
+    for r in parts:
+        for k in r.knobs:
+            knobs.setdefault(k.key, k)
+    return Recipe(
+        name="memory-joint", summary="the memory-saving knobs searched together: " + ", ".join(r.name for r in parts),
+        targets=(Bottleneck.MEMORY,), cost=min(r.cost for r in parts), devices=("cpu", "cuda"), requires=(),
+        knobs=tuple(knobs.values()), trials=min(24, sum(r.trials for r in parts) + 4),
+        tradeoffs=" ".join(r.tradeoffs for r in parts), snippet="\n".join(r.snippet for r in parts if r.snippet),
+        source="joint search of " + ", ".join(r.source for r in parts), each_knob_first=True,
+    )
+
+
+def stop_reason(verdict: Verdict, margin: float) -> str:
+    """Why no recipe is worth trying: what is left, in numbers, and any fix that is code."""
+    left = [w for w in verdict.wastes if w.cls is not Bottleneck.COMPUTE]
+    if not left or not any(material(w, margin) for w in left):
+        rest = "; ".join(f"{w.cls.value} {w.share:.0%} (at most {w.max_gain:.2f}x)" for w in left if w.max_gain)
+        below = f" (what is left: {rest}, below the noise margin {margin:.3f})" if rest else ""
+        return (f"the slowest stage is acceptable: the step is compute-bound{below}, and every compute recipe that "
+                "applies was tried")
+    top = next(w for w in left if material(w, margin))
+    advice = ADVICE.get(top.cls)
+    return (f"no recipe left for the {top.cls.value} bottleneck ({top.reason})"
+            + (f"; in your code: {advice}" if advice else ""))

@@ -1,0 +1,208 @@
+"""One recipe's round: search its knobs from the incumbent, grow a range whose best trial
+sits at its top while the waste it targets remains, then give the candidates that the
+search cannot tell from the incumbent an honest side-by-side comparison, and decide.
+
+A search measures each config once, so its estimates carry one measurement's noise; a
+lucky reading of the incumbent would hide real gains. The incumbent's estimate pools
+every reading of it in the run, and each candidate within the noise band of it (best
+first, a few at most) is re-measured in turns against it before anything is decided.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import optuna
+
+from . import machine
+from .config import TrainConfig
+from .diagnose import diagnose, material
+from .events import Listener
+from .recipes import Recipe
+from .record import Bottleneck, Brief, Comparison, Step, Summary, Verdict
+from .runner import TrialRunner
+from .search import Constraints, RecipeSearch, stored_summary, trial_record
+
+CANDIDATES = 2  # most side-by-side comparisons per round
+GROW_STEPS = 3  # most times a range grows in one round
+
+
+@dataclass
+class State:
+    config: TrainConfig
+    summary: Summary
+    verdict: Verdict
+    feasible: bool
+
+
+@dataclass
+class Context:
+    """What every round shares: where trials go, how to measure and compare, the noise."""
+
+    storage: Any
+    study: str
+    runner: TrialRunner
+    constraints: Constraints
+    seed: int
+    margin: float
+    band: float  # a single reading within this factor of the incumbent's is "within noise"
+    compare: Callable[[str, TrainConfig, TrainConfig, str], Comparison]
+    events: Listener
+    readings: dict[str, list[float]] = field(default_factory=dict)  # config key -> every single reading
+    walls: list[float] = field(default_factory=list)  # wall time of every measurement (for budgets)
+
+    def note(self, config: dict[str, Any], value: float | None, wall: float | None = None) -> None:
+        if value is not None:
+            self.readings.setdefault(_key(config), []).append(value)
+        if wall:
+            self.walls.append(wall)
+
+    def estimate(self, config: TrainConfig) -> float | None:
+        values = self.readings.get(_key(config.flat()))
+        return statistics.fmean(values) if values else None
+
+    def trial_cost(self) -> float | None:
+        return statistics.median(self.walls[-8:]) if self.walls else None
+
+
+def _key(config: dict[str, Any]) -> str:
+    return repr(sorted(config.items()))
+
+
+@dataclass
+class Outcome:
+    step: Step
+    state: State
+    ran: int
+    skipped: int
+
+
+def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expected: float, state: State,
+         trials_left: int, deadline: float | None) -> Outcome:
+    """Search `recipe` from `state`, compare its candidates, accept at most one."""
+    runner = ctx.runner
+    name = f"{ctx.study}/{round_no:02d}-{recipe.name}"
+    space = recipe.space(runner.device.type, machine.cores(), runner.workload.batch_size)
+    search = RecipeSearch(ctx.storage, name, space, state.config, runner, ctx.constraints, ctx.seed,
+                          each_knob_first=recipe.each_knob_first)
+    n = min(recipe.trials, trials_left)
+    ctx.events.recipe(round_no, recipe.name, min(n, search.grid))
+    searches = [search]
+    ran = search.run(n, deadline, on_trial=lambda t: ctx.events.trial(trial_record(t)), cost_s=ctx.trial_cost())
+    skipped = search.skipped
+    grown = _grow(ctx, name, recipe, target, searches, trials_left - len(search.finished()), deadline)
+    ran += sum(s_ran for s_ran, _ in grown)
+    trials = [t for s in searches for t in s.finished()]
+    for t in trials:
+        if "reused_from" in t.user_attrs:
+            continue  # the same measurement again: one reading
+        summary = stored_summary(t)
+        ctx.note(t.user_attrs.get("config") or {}, t.value if t.state == optuna.trial.TrialState.COMPLETE else None,
+                 summary.wall_s if summary else None)
+    step = Step(round=round_no, recipe=recipe.name, bottleneck=target,
+                expected_gain=None if math.isinf(expected) else expected,
+                trials=[trial_record(t) for t in trials], before=Brief.of(state.summary),
+                grown=[note for _, note in grown if note])
+    ranked = sorted((t for s in searches for t in s.ranked()), key=lambda t: -t.value)
+    state = _decide(ctx, name, recipe, step, state, ranked, deadline)
+    return Outcome(step, state, ran, skipped)
+
+
+def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, searches: list[RecipeSearch],
+          trials_left: int, deadline: float | None) -> list[tuple[int, str]]:
+    """While the best trial sits at the top of a growable knob's range and its waste is
+    still material, search that knob at twice and four times the top (within the guard)."""
+    out: list[tuple[int, str]] = []
+    growable = [k for k in recipe.knobs if k.grow and k.key in searches[0].space]
+    for i in range(GROW_STEPS):
+        best = searches[-1].best()
+        if best is None or not growable or trials_left < 1:
+            break
+        summary, config = stored_summary(best), TrainConfig().with_changes(best.user_attrs["config"])
+        verdict = diagnose(summary, ctx.runner.device.type, ctx.constraints.memory_limit)
+        waste = verdict.waste(target)
+        if waste is None or not material(waste, ctx.margin):
+            break
+        for knob in growable:
+            top = max(v for v in searches[-1].space[knob.key] if isinstance(v, int))
+            if config.get(knob.key) != top:
+                continue
+            limit = machine.growth_limit(knob.key, summary)
+            values = [v for v in (2 * top, 4 * top) if v <= limit]
+            if not values:
+                out.append((0, f"{knob.key}: the best trial sits at the top ({top}) but a larger value would pass "
+                               f"the host's limit ({limit}); range not grown"))
+                break
+            grow = RecipeSearch(ctx.storage, f"{name}-grow{i + 1}", {knob.key: values}, config, ctx.runner,
+                                ctx.constraints, ctx.seed)
+            ran = grow.run(min(len(values) + 1, trials_left), deadline,
+                           on_trial=lambda t: ctx.events.trial(trial_record(t)), cost_s=ctx.trial_cost())
+            trials_left -= len(grow.finished())
+            searches.append(grow)
+            out.append((ran, f"{knob.key}: the best trial sat at the top of the range ({top}) and the step still "
+                             f"loses {waste.share:.0%} to {target.value}: grown to {', '.join(map(str, values))}"))
+            break
+        else:
+            break
+    return out
+
+
+def _decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ranked: list, deadline: float | None) -> State:
+    """Compare the candidates the search could not tell from the incumbent, best first."""
+    inc = state.config.flat()
+    cands = [t for t in ranked if t.user_attrs.get("config") != inc]
+    if not state.feasible:
+        cands = cands[:1]  # the incumbent does not fit: the fastest config that fits wins
+    else:
+        est = ctx.estimate(state.config) or state.summary.samples_per_s
+        cands = [t for t in cands if t.value >= est / ctx.band][:CANDIDATES]
+    if not cands:
+        step.reason = ("every trial was infeasible or failed" if not ranked else
+                       "the current config is over the memory limit and no trial fit" if not state.feasible else
+                       "no trial came within the noise band of the current config in the search")
+        return state
+    for i, best in enumerate(cands):
+        cost = ctx.trial_cost()
+        if deadline is not None and cost is not None and time.time() + 2 * cost >= deadline and i:
+            break
+        cand = TrainConfig().with_changes(best.user_attrs["config"])
+        summary = stored_summary(best)
+        step.changes, step.after, step.after_config = state.config.diff(cand), Brief.of(summary), cand.flat()
+        key = f"{name}:accept" if i == 0 else f"{name}:accept:{i}"
+        sp = ctx.compare(key, state.config, cand, f"{recipe.name} against current")
+        _verdict(step, sp, state, summary, ctx, best.value)
+        ctx.events.decision(recipe.name, step.accepted, step.reason or "")
+        if step.accepted:
+            verdict = diagnose(summary, ctx.runner.device.type, ctx.constraints.memory_limit, previous=state.verdict)
+            return State(cand, summary, verdict, _fits(summary, ctx.constraints.memory_limit))
+    return state
+
+
+def _fits(summary: Summary, limit: int | None) -> bool:
+    return not (limit and (summary.peak_memory_bytes or 0) > limit)
+
+
+def _verdict(step: Step, sp: Comparison, state: State, cand: Summary, ctx: Context, estimate: float) -> None:
+    """Accept or reject one candidate on its interleaved comparison, with the reason."""
+    margin, limit = ctx.margin, ctx.constraints.memory_limit
+    if not state.feasible:
+        ratio = f"; throughput ratio {sp.ratio:.2f}x [{sp.low:.2f}, {sp.high:.2f}]" if sp.measured else ""
+        step.accepted, step.speedup = True, sp.ratio_only() if sp.measured else None
+        step.reason = f"fits the memory limit (peak {cand.peak_memory_bytes} B, limit {limit} B){ratio}"
+    elif sp.failed:
+        step.accepted, step.reason = False, f"the interleaved re-measurement failed: {sp.failed}"
+    elif not sp.measured:
+        step.accepted = False
+        step.reason = f"the interleaved re-measurement gave too few usable pairs ({sp.pairs}) for an interval"
+    else:
+        step.speedup = sp.ratio_only()
+        step.accepted = sp.low > margin
+        if step.accepted:
+            step.reason = f"{sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}] clears the noise margin {margin:.3f}"
+        else:
+            step.reason = (f"measured {sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}] does not clear "
+                           f"the noise margin {margin:.3f} (search estimate was {estimate / state.summary.samples_per_s:.2f}x)")
