@@ -118,6 +118,14 @@ class Trainer:
                               collate_fn=self.workload.collate_fn, **apply.dataloader_kwargs(self.config))
 
     @property
+    def steps_per_epoch(self) -> int | None:
+        """Optimizer steps in one pass over the dataset (None for an iterable without a length)."""
+        try:
+            return len(self.loader) or None
+        except TypeError:
+            return None
+
+    @property
     def in_flight(self) -> int:
         """Batches the loader can hold ready at once: what a short window would overstate."""
         d = self.config.data

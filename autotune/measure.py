@@ -74,14 +74,20 @@ class Protocol:
 
 @dataclass
 class Window:
+    """One measured window. `epoch_cost_s` is this window's share of the cost of starting
+    an epoch (a fresh iterator's first batch beyond a normal step, amortised over the
+    epoch's steps): what non-persistent workers pay again at every epoch boundary."""
+
     samples: int
     wall_s: float
     steps: list[dict[str, float]]
     losses: list[float]
+    epoch_cost_s: float = 0.0
 
     @property
     def samples_per_s(self) -> float:
-        return self.samples / self.wall_s if self.wall_s > 0 else 0.0
+        total = self.wall_s + self.epoch_cost_s
+        return self.samples / total if total > 0 else 0.0
 
 
 @dataclass
@@ -101,7 +107,7 @@ class Measurement:
         times = sorted(s["step"] for s in steps)
         n = max(1, len(steps))
         thr = [w.samples_per_s for w in self.windows]
-        total_s = sum(w.wall_s for w in self.windows)
+        total_s = sum(w.wall_s + w.epoch_cost_s for w in self.windows)
         stage_s = {k: sum(s[k] for s in steps) / n for k in STAGES}
         step_mean = sum(stage_s.values())
         return Summary(
@@ -151,11 +157,14 @@ class Session:
     def _next(self):
         return call_user("the workload's dataset or collate_fn", next, self._stream)
 
-    def _open_stream(self) -> None:
+    def _open_stream(self) -> float:
+        """A fresh iterator (a new epoch) and its first batch; returns how long that took."""
         t0 = time.perf_counter()
         self._stream = self.trainer.batches()
         self._pending = self._next()
-        self.result.one_time.setdefault("loader_first_batch_s", time.perf_counter() - t0)
+        took = time.perf_counter() - t0
+        self.result.one_time.setdefault("loader_first_batch_s", took)
+        return took
 
     def _close_stream(self) -> None:
         self._stream.close()  # shuts down this iterator's workers (unless persistent)
@@ -169,7 +178,7 @@ class Session:
         """One protocol window: fresh iterator, warm-up, measured steps."""
         warmup, steps = self.protocol.plan(self.trainer.in_flight)
         torch.set_num_threads(self.trainer.threads)  # another session may share this process
-        self._open_stream()
+        epoch_start = self._open_stream()
         losses = []
         if self._first:
             t0 = time.perf_counter()
@@ -193,9 +202,19 @@ class Session:
         values = [float(x) for x in losses]
         if not self.result.first_losses:
             self.result.first_losses = values
-        w = Window(samples=steps * self.trainer.workload.batch_size, wall_s=t_end - t_start, steps=clock.resolve(), losses=values[-steps:])
+        wall = t_end - t_start
+        w = Window(samples=steps * self.trainer.workload.batch_size, wall_s=wall, steps=clock.resolve(),
+                   losses=values[-steps:], epoch_cost_s=self._epoch_cost(epoch_start, wall / steps, steps))
         self.result.windows.append(w)
         return w
+
+    def _epoch_cost(self, epoch_start: float, step_s: float, steps: int) -> float:
+        """`steps` steps' share of an epoch boundary: the first batch's wait beyond a step."""
+        per_epoch = self.trainer.steps_per_epoch
+        if not per_epoch:
+            return 0.0
+        self.result.one_time["epoch_start_s"] = epoch_start
+        return max(0.0, epoch_start - step_s) * steps / per_epoch
 
     def profile(self, trace_path: str | None = None) -> dict[str, Any]:
         """A short profiled run after the windows: diagnosis signals and peak memory."""

@@ -58,3 +58,36 @@ def test_summary_is_the_typed_record_and_round_trips():
     assert s.windows_samples_per_s == [1600.0, 800.0]
     assert abs(s.stages["backward"].share - 3 / 7) < 1e-9
     assert Summary.model_validate_json(s.model_dump_json()) == s
+
+
+WORKER_START_SLEEP = 1.0  # planted: each new worker process sleeps once before its first sample
+_started: set[int] = set()
+
+
+class SlowStart(Vectors):
+    def __getitem__(self, i):
+        import os
+
+        if torch.utils.data.get_worker_info() is not None and os.getpid() not in _started:
+            _started.add(os.getpid())
+            time.sleep(WORKER_START_SLEEP)
+        return super().__getitem__(i)
+
+
+def _windows(persistent: bool) -> list:
+    wl = Workload(name="epochs", model=mlp, dataset=lambda: SlowStart(64),
+                  optimizer=lambda p: torch.optim.SGD(p, lr=0.1), loss=ce_loss, batch_size=8)
+    config = TrainConfig().with_changes({"data.num_workers": 1, "data.persistent_workers": persistent})
+    return measure(wl, config, CPU, Protocol(windows=3, steps=4, warmup_steps=0, profile_steps=1)).windows
+
+
+def test_epoch_starts_are_charged_so_persistent_workers_are_measured():
+    """A fresh iterator is a new epoch: without persistent workers each one starts its
+    workers again (here: a planted 1 s), and that cost, amortised over the epoch's 8 steps,
+    is charged to the window's throughput. With persistent workers only the first is."""
+    plain, kept = _windows(False), _windows(True)
+    # Every epoch of the plain loader pays the planted start: at least 1 s over 8 steps, 4 of them here.
+    assert all(w.epoch_cost_s >= WORKER_START_SLEEP * 4 / 8 * 0.9 for w in plain)
+    assert kept[0].epoch_cost_s >= WORKER_START_SLEEP * 4 / 8 * 0.9  # the first epoch starts the workers
+    assert all(w.epoch_cost_s < plain[i].epoch_cost_s for i, w in enumerate(kept) if i)
+    assert all(w.samples_per_s == w.samples / (w.wall_s + w.epoch_cost_s) for w in plain + kept)
