@@ -51,6 +51,7 @@ class FailureKind(str, Enum):
     OOM = "oom"
     CRASH = "crash"
     TIMEOUT = "timeout"
+    KILLED = "killed"  # SIGKILL without a sign of the kernel's OOM killer
     USER = "user"  # bad input (a config that does not apply, a dataset too small, ...)
     USER_CODE = "user_code"  # the workload's own code raised
 

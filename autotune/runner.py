@@ -108,20 +108,32 @@ class InProcessHandle:
 
 
 class WorkerHandle:
-    """A `python -m autotune.worker` process holding one session."""
+    """A `python -m autotune.worker` process holding one session.
+
+    Replies come on a pipe of their own; the worker's stdout and stderr go to a temporary
+    file whose tail explains a crash. Everything the handle does, start-up included, must
+    finish within `timeout_s` of its creation, or the worker is killed as hung.
+    """
 
     def __init__(self, target: str, config: TrainConfig, device: torch.device, protocol: Protocol, timeout_s: float) -> None:
+        self.deadline = time.monotonic() + timeout_s
         self.timeout_s = timeout_s
         self.err = tempfile.TemporaryFile()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.err, env=env, start_new_session=True,
-        )
+        read_fd, write_fd = os.pipe()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "AUTOTUNE_REPLY_FD": str(write_fd),
+               "AUTOTUNE_PARENT_PID": str(os.getpid())}
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "autotune.worker"], stdin=subprocess.PIPE, stdout=self.err, stderr=self.err,
+                env=env, start_new_session=True, pass_fds=(write_fd,),
+            )
+        finally:
+            os.close(write_fd)
+        self.replies = os.fdopen(read_fd, "rb")
+        self.oom_kills = oom_kills()
         try:
             self._ask({"cmd": "open", "target": target, "config": config.flat(), "device": device.type,
-                       "protocol": dataclasses.asdict(protocol)},
-                      timeout_s + 60)  # start-up includes importing torch and the workload
+                       "protocol": dataclasses.asdict(protocol)})
         except BaseException:  # a worker that could not open must not outlive this handle
             self.close(kill=True)
             raise
@@ -136,26 +148,41 @@ class WorkerHandle:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            self.proc.wait()
+        self.proc.wait()
 
-    def _ask(self, cmd: dict, timeout_s: float | None = None) -> dict:
-        timeout_s = timeout_s or self.timeout_s
+    def _died(self) -> TrialFailed:
+        code = self.proc.wait()
+        what = f"killed by signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"exited with code {code}"
+        if code == -signal.SIGKILL:
+            oom = oom_kills() > self.oom_kills
+            kind = FailureKind.OOM if oom else FailureKind.KILLED
+            what += " by the kernel's OOM killer (its cgroup counted an oom_kill)" if oom else \
+                " (no sign of the kernel's OOM killer: killed from outside?)"
+        else:
+            kind = FailureKind.CRASH
+        return TrialFailed(kind, f"the trial process {what}", self._stderr_tail())
+
+    def _ask(self, cmd: dict) -> dict:
         try:
             self.proc.stdin.write((json.dumps(cmd) + "\n").encode())
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        left = self.deadline - time.monotonic()
+        ready, _, _ = select.select([self.replies], [], [], max(0.0, left))
         if not ready:
             self._kill()
-            raise TrialFailed(FailureKind.TIMEOUT, f"no answer to {cmd['cmd']!r} within {timeout_s:.0f} s; the process was killed")
-        line = self.proc.stdout.readline()
+            raise TrialFailed(FailureKind.TIMEOUT, f"the trial did not finish within {self.timeout_s:.0f} s "
+                              f"(--trial-timeout; it was at {cmd['cmd']!r}); the process was killed")
+        line = self.replies.readline()
         if not line:
-            code = self.proc.wait()
-            what = f"killed by signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"exited with code {code}"
-            kind = FailureKind.OOM if code == -signal.SIGKILL else FailureKind.CRASH
-            raise TrialFailed(kind, f"the trial process {what}", self._stderr_tail())
-        reply = json.loads(line)
+            raise self._died()
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            self._kill()
+            raise TrialFailed(FailureKind.CRASH, f"the trial process sent an unreadable reply: {line[:200]!r}",
+                              self._stderr_tail()) from None
         if not reply.get("ok"):
             raise TrialFailed(reply["kind"], reply["error"], reply.get("traceback", ""))
         return reply
@@ -178,7 +205,21 @@ class WorkerHandle:
                 self.proc.wait(timeout=10)
             except (subprocess.TimeoutExpired, BrokenPipeError):
                 self._kill()
+        self.replies.close()
         self.err.close()
+
+
+def oom_kills() -> int:
+    """How many processes the kernel's OOM killer ended in this cgroup (0 where unknown)."""
+    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith("oom_kill "):
+                        return int(line.split()[1])
+        except (OSError, ValueError):
+            continue
+    return 0
 
 
 class Runner:
@@ -191,9 +232,10 @@ class Runner:
         self.workload, self.target, self.device, self.protocol = workload, target, device, protocol
         self.isolate, self.timeout_s = isolate, timeout_s
 
-    def open(self, config: TrainConfig) -> Handle:
+    def open(self, config: TrainConfig, trials: float = 1.0) -> Handle:
+        """A handle for `config` that may live as long as `trials` trials (timeout each)."""
         if self.isolate:
-            return WorkerHandle(self.target, config, self.device, self.protocol, self.timeout_s)
+            return WorkerHandle(self.target, config, self.device, self.protocol, self.timeout_s * trials)
         return InProcessHandle(self.workload, config, self.device, self.protocol)
 
     def measure(self, config: TrainConfig, trace: str | None = None,
@@ -219,8 +261,9 @@ class Runner:
         """Windows of A and B in turns (A B B A A B ...), so drift hits both alike."""
         handles = []
         try:
-            handles.append(self.open(a))
-            handles.append(self.open(b))
+            span = max(1.0, pairs / self.protocol.windows)  # each handle runs `pairs` windows
+            handles.append(self.open(a, span))
+            handles.append(self.open(b, span))
             ha, hb = handles
             xs, ys = [], []
             for i in range(pairs):

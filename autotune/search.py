@@ -154,7 +154,7 @@ class RecipeSearch:
         try:
             summary = self.runner.measure(config)
         except TrialFailed as exc:
-            state = TrialState.INFEASIBLE if exc.kind is FailureKind.OOM else TrialState.FAILED
+            state = TrialState.INFEASIBLE if exc.kind is FailureKind.OOM else TrialState.FAILED  # killed: failed
             trial.set_user_attr("state", state.value)
             trial.set_user_attr("reason", f"{exc.kind.value}: {exc.reason}")
             raise optuna.TrialPruned() from None

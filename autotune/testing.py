@@ -110,7 +110,7 @@ class FakeRunner(Runner):
         total = sum(noisy.values()) or 1.0
         return {k: v / total for k, v in noisy.items()}
 
-    def open(self, config: TrainConfig) -> FakeHandle:
+    def open(self, config: TrainConfig, trials: float = 1.0) -> FakeHandle:
         return FakeHandle(self, config)
 
     def measure(self, config: TrainConfig, trace: str | None = None, on_window=None) -> Summary:

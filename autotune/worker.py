@@ -1,7 +1,9 @@
 """A measurement worker process: `python -m autotune.worker`, driven by JSON lines.
 
-The parent sends one command per line on stdin and reads one reply per line from a
-dedicated pipe (the original stdout); anything the user's code prints goes to stderr.
+The parent sends one command per line on stdin and reads one reply per line from a pipe
+of its own (the file descriptor in `AUTOTUNE_REPLY_FD`), so nothing printed to stdout by
+the user's code, a library or a `sitecustomize` can corrupt a reply. The worker dies with
+its parent (Linux: `PR_SET_PDEATHSIG`), so a killed `autotune tune` leaves none behind.
 Commands: `open` (target, config, device, protocol), `window`, `profile`, `summary`.
 A reply is `{"ok": true, ...}` or `{"ok": false, "kind": ..., "error": ...}`.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 
@@ -25,10 +28,23 @@ def _failure(exc: BaseException) -> dict:
     return {"ok": False, "kind": f.kind.value, "error": f.reason, "traceback": f.detail}
 
 
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux), and exit at
+    once if the parent is already gone (it died before the request)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's kill of the process group still ends it
+    if os.getppid() != int(os.environ.get("AUTOTUNE_PARENT_PID", os.getppid())):
+        os._exit(1)
+
+
 def main() -> None:
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # user prints (Python or C) must not corrupt the reply pipe
-    sys.stdout = sys.stderr
+    _die_with_parent()
+    out = os.fdopen(int(os.environ["AUTOTUNE_REPLY_FD"]), "w")
     import torch
 
     from .config import from_dict
