@@ -22,6 +22,9 @@ from .config import TrainConfig
 from .diagnose import diagnose
 from .errors import TrialFailed, UserError
 from .events import Listener, Silent
+from .faults import checkpoint
+from .identity import Resume, choose_study, fingerprint, fingerprint_id
+from .lock import Lease
 from .plan import Attempts, joint_memory_recipe, rank, stop_reason
 from .recipes import Recipe
 from .record import Bottleneck, Budget, Comparison, Noise, Ratio, Recommendation, Report, Step, StudyRef, Summary
@@ -42,6 +45,7 @@ class Settings:
     memory_limit: int | None = None
     seed: int = 0
     only: tuple[str, ...] = ()
+    resume: Resume = Resume.AUTO
 
 
 @dataclass
@@ -57,6 +61,8 @@ class Agent:
     report: Report = field(init=False)
 
     def __post_init__(self) -> None:
+        self.fingerprint = fingerprint(self.runner, self.recipes, self.settings.memory_limit)
+        self.study, self.study_note = choose_study(self.storage, self.study, self.fingerprint, self.settings.resume)
         self.report = self._header()
 
     # --- stored decisions --------------------------------------------------------------
@@ -64,17 +70,21 @@ class Agent:
         return optuna.create_study(study_name=self.study, storage=self.storage, load_if_exists=True)
 
     def _remember(self, key: str, model: type[M], compute: Callable[[], M]) -> M:
+        """A stored decision, or compute and store it; a failed comparison is not stored,
+        so the next run tries it again."""
         ledger = self._ledger()
         if key in ledger.user_attrs:
             return model.model_validate(ledger.user_attrs[key])
         value = compute()
-        ledger.set_user_attr(key, value.model_dump(mode="json"))
+        if not getattr(value, "failed", None):
+            ledger.set_user_attr(key, value.model_dump(mode="json"))
         return value
 
     def _compare(self, key: str, a: TrainConfig, b: TrainConfig, what: str) -> Comparison:
         """B over A from windows taken in turns; `failed` says why when one could not run."""
 
         def run() -> Comparison:
+            checkpoint("compare")
             self.events.phase(f"comparing {what}")
             try:
                 xs, ys = self.runner.interleave(a, b, self.runner.protocol.windows)
@@ -91,8 +101,15 @@ class Agent:
                                               (summary.peak_memory_bytes or 0) > self.settings.memory_limit))
 
     def run(self) -> Report:
+        """The whole loop; the report holds what was measured even when it is interrupted."""
         with quiet_optuna():
-            return self._run()
+            lease = Lease(self._ledger(), ttl_s=2 * getattr(self.runner, "timeout_s", 600.0) + 60)
+            lease.take()
+            self._lease = lease
+            try:
+                return self._run()
+            finally:
+                lease.release()
 
     def _run(self) -> Report:
         t_start = time.time()
@@ -100,6 +117,7 @@ class Agent:
         r = self.report
         self.events.phase("baseline")
         base_cfg = TrainConfig()
+        self._ledger().set_user_attr("fingerprint", self.fingerprint)
         base = self._remember("baseline", Summary, lambda: self._baseline(base_cfg))
         state = self._state(base_cfg, base)
         r.baseline, r.initial_diagnosis = base, state.verdict
@@ -121,6 +139,7 @@ class Agent:
         else:
             r.speedup = Ratio(ratio=1.0, low=1.0, high=1.0, pairs=0)
         r.budget.wall_s = time.time() - t_start
+        r.complete = True
         return r
 
     def _rounds(self, ctx: Context, state: State, deadline: float | None) -> State:
@@ -147,6 +166,7 @@ class Agent:
                     attempts.record(c.recipe, state.verdict)
             if joint:
                 by_name[joint.name] = joint
+            self._lease.renew()
             out = play(ctx, len(r.steps) + 1, recipe, target, expected, state, s.trials - r.budget.trials_used,
                        deadline - reserve if deadline else None)
             state = out.state
@@ -159,6 +179,7 @@ class Agent:
         return state
 
     def _baseline(self, config: TrainConfig) -> Summary:
+        checkpoint("baseline")
         try:
             return self.runner.measure(config)
         except TrialFailed as exc:
@@ -174,7 +195,8 @@ class Agent:
             device=dev.type, memory_limit_bytes=self.settings.memory_limit,
             machine=machine.describe(dev),
             protocol=self.runner.protocol.describe(),
-            study=StudyRef(name=self.study, storage=self.storage_label),
+            study=StudyRef(name=self.study, storage=self.storage_label, fingerprint=fingerprint_id(self.fingerprint),
+                           note=self.study_note),
         )
 
 

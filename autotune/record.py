@@ -251,6 +251,9 @@ class ProtocolRecord(Record):
 class StudyRef(Record):
     name: str
     storage: str | None = None
+    fingerprint: str | None = Field(None, description="Id of what the measurements depend on (target, protocol, "
+                                    "device, cores, memory limit, recipes, versions); a resume needs the same.")
+    note: str | None = Field(None, description="Why this run uses another study than the one asked for.")
 
 
 class Budget(Record):
@@ -284,6 +287,8 @@ class Report(Record):
     speedup: Ratio | None = None
     stop_reason: str | None = None
     budget: Budget | None = None
+    complete: bool = Field(False, description="False: the run was stopped (signal, error) and this report is "
+                           "partial; stop_reason says why. Rerun the same command to resume.")
 
     def missing(self) -> list[str]:
         """What an interrupted run did not get to record, in words."""

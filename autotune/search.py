@@ -21,6 +21,7 @@ import optuna
 
 from .config import TrainConfig
 from .errors import ConfigError, TrialFailed
+from .faults import checkpoint
 from .record import FailureKind, Summary, Trial, TrialState
 from .runner import TrialRunner
 
@@ -151,6 +152,7 @@ class RecipeSearch:
                 if t.state == optuna.trial.TrialState.PRUNED:
                     raise optuna.TrialPruned()
                 return t.value
+        checkpoint("trial")
         try:
             summary = self.runner.measure(config)
         except TrialFailed as exc:
