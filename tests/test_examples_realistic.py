@@ -28,7 +28,8 @@ def small(example):
 
     def load(name: str) -> autotune.Workload:
         if name == "resnet_jpeg":
-            pytest.importorskip("PIL", reason="the ResNet example decodes JPEGs with Pillow (pip install 'autotune[examples]')")
+            pytest.importorskip("PIL", reason="the ResNet example decodes JPEGs with Pillow: "
+                                "pip install 'autotune[examples]'")
         return autotune.load_workload(example(name))
 
     return load
