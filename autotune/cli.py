@@ -23,6 +23,100 @@ EXAMPLES = {
 }
 TRAIN_WARMUP = 5  # steps before `autotune train`'s steady-state clock starts
 
+# Flag bounds, checked before anything is imported or measured: past them a run is a typo
+# (a seed torch and NumPy cannot take, a protocol that would never end).
+SEED_LIMIT = 2**32
+PROTOCOL_BOUNDS = {"windows": (2, 1000), "steps": (1, 100_000), "warmup": (0, 100_000)}
+MAX_TRIALS = 100_000
+MAX_NAME = 512  # Optuna's RDB storages index study names up to 512 characters
+_REPORT_FILES = ("tuned.yaml", "report.json", "report.md", "report.html")
+
+
+_EMPTY_HINT = {
+    "the target": "give file.py, file.py:func or package.module:func",
+    "the folder": "give the --out folder of an `autotune tune` run",
+}
+
+
+def _text(value: str | None, flag: str) -> None:
+    """A text flag must be non-empty and valid Unicode (a file name that is not UTF-8 would
+    fail only when the report is written, after every measurement)."""
+    if value is None:
+        return
+    if not str(value).strip():
+        hint = _EMPTY_HINT.get(flag, "give a value, or leave the flag out for its default")
+        raise UserError(f"{flag} is empty; {hint}.")
+    try:
+        str(value).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError(f"{flag} {value!r} is not valid UTF-8 text; rename the file or folder, "
+                        "or give a path with valid UTF-8 characters.") from None
+
+
+def _bounded(value: int | None, flag: str, low: int, high: int, why: str = "") -> None:
+    if value is not None and not low <= value <= high:
+        raise UserError(f"{flag} {value} is out of range; give a whole number from {low} to {high}{why}.")
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Every flag a command has, checked before anything is imported or measured."""
+    for flag in ("target", "out", "json", "trace", "config", "recipes", "storage", "study", "dir"):
+        _text(getattr(args, flag, None), {"target": "the target", "dir": "the folder"}.get(flag, f"--{flag}"))
+    if hasattr(args, "seed"):
+        _bounded(args.seed, "--seed", 0, SEED_LIMIT - 1, " (torch and NumPy take seeds >= 0 and < 2**32)")
+    if hasattr(args, "windows"):
+        for flag, (low, high) in PROTOCOL_BOUNDS.items():
+            why = ", so the spread between windows can be measured" if flag == "windows" else ""
+            _bounded(getattr(args, flag), f"--{flag}", low, high, why)
+    elif getattr(args, "steps", None) is not None:  # train: optimizer steps
+        if args.steps < 1:
+            raise UserError(f"--steps {args.steps}: give a positive number of steps.")
+    if hasattr(args, "trials"):
+        if args.trials < 1:
+            raise UserError(f"--trials {args.trials}: give a positive number of trials.")
+        _bounded(args.trials, "--trials", 1, MAX_TRIALS)
+    if getattr(args, "study", None) is not None and len(args.study) > MAX_NAME:
+        raise UserError(f"--study is {len(args.study)} characters long; give a study name of at most {MAX_NAME}.")
+
+
+def _output_file(path: str, flag: str, taken: dict[Path, str]) -> Path:
+    """The file `flag` names, once it is known that it can be written (before measuring)."""
+    import os
+    import tempfile
+
+    from .atomic import writable_file
+
+    p = writable_file(path, flag)
+    if p.is_dir():
+        raise UserError(f"{flag} {path!r} is a folder; give the path of a file to write (like {path.rstrip('/')}/out.json).")
+    if p.exists() and not p.is_file():  # the atomic write would replace a device or pipe (/dev/null!) with a file
+        raise UserError(f"{flag} {path!r} is not a regular file (a device, pipe or socket); "
+                        "give the path of a regular file to write.")
+    try:  # the file is written through a temporary file beside it: that must be possible
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".probe")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise UserError(f"{flag} {path!r}: cannot write in {str(p.parent)!r} ({exc.strerror}); "
+                        "give a path in a writable folder.") from None
+    key = p.resolve()
+    if key in taken:
+        raise UserError(f"{flag} {path!r} is the same file as {taken[key]}; give each output its own file.")
+    taken[key] = flag
+    return p
+
+
+def _output_dir(path: str) -> Path:
+    """The --out folder, writable, with no folder where a report file goes."""
+    from .atomic import output_folder
+
+    out = output_folder(path)
+    for name in _REPORT_FILES:
+        if (out / name).is_dir():
+            raise UserError(f"--out {path!r} holds a folder named {name}, where autotune writes that file; "
+                            "move it away or give another --out folder.")
+    return out
+
 
 def _protocol(args):
     from .measure import Protocol
@@ -31,7 +125,7 @@ def _protocol(args):
 
 
 def profile(args: argparse.Namespace) -> int:
-    from .atomic import write_text, writable_file
+    from .atomic import write_text
     from .config import TrainConfig
     from .diagnose import ADVICE, diagnose
     from .loop import resolve_device
@@ -43,9 +137,11 @@ def profile(args: argparse.Namespace) -> int:
     from .units import parse_size
     from .workload import facts, load_workload
 
-    json_path = writable_file(args.json, "--json") if args.json else None
-    trace_path = writable_file(args.trace, "--trace") if args.trace else None
-    limit = parse_size(args.memory_limit) if args.memory_limit else None
+    _check_flags(args)
+    taken: dict[Path, str] = {}
+    json_path = _output_file(args.json, "--json", taken) if args.json else None
+    trace_path = _output_file(args.trace, "--trace", taken) if args.trace else None
+    limit = parse_size(args.memory_limit) if args.memory_limit is not None else None
     device = resolve_device(args.device)
     protocol = _protocol(args)
     workload = load_workload(args.target)
@@ -68,36 +164,34 @@ def profile(args: argparse.Namespace) -> int:
             "memory_limit_bytes": limit, "recipes": [r.name for r in fits],
         }
         write_text(json_path, json.dumps(doc, indent=2))
-        terminal.console.print(f"wrote {json_path}")
+        terminal.console.print(f"wrote {terminal.escape(str(json_path))}")
     if trace_path:
-        terminal.console.print(f"wrote trace {trace_path} (open in https://ui.perfetto.dev or chrome://tracing)")
+        terminal.console.print(f"wrote trace {terminal.escape(str(trace_path))} (open in https://ui.perfetto.dev or chrome://tracing)")
     return 0
 
 
 def tune(args: argparse.Namespace) -> int:
     from .agent import Agent, Settings
-    from .atomic import output_folder
     from .errors import EXIT_INTERRUPTED
     from .loop import resolve_device
     from .recipes import load_recipes, select
     from .report import terminal, write_reports, write_tuned_config
     from .runner import Runner
-    from .storage import default_url, open_storage, redact, study_name
+    from .storage import open_storage, redact, storage_url, study_name
     from .units import parse_duration, parse_size
     from .workload import facts, load_workload
 
-    if args.trials < 1:
-        raise UserError(f"--trials {args.trials}: give a positive number of trials.")
-    budget = parse_duration(args.budget) if args.budget else None
-    limit = parse_size(args.memory_limit) if args.memory_limit else None
+    _check_flags(args)
+    budget = parse_duration(args.budget) if args.budget is not None else None
+    limit = parse_size(args.memory_limit) if args.memory_limit is not None else None
     timeout = parse_duration(args.trial_timeout, "--trial-timeout")
     device = resolve_device(args.device)
-    out = output_folder(args.out)
+    out = _output_dir(args.out)
     recipes = load_recipes(args.recipes)
     only = select(recipes, args.only)
     protocol = _protocol(args)
     workload = load_workload(args.target)
-    url = args.storage or default_url(out)
+    url = storage_url(args.storage, out)
     storage = open_storage(url)
     runner = Runner(workload, args.target, device, protocol, isolate=not args.in_process, timeout_s=timeout)
     agent = Agent(runner, recipes, storage, args.study or study_name(workload.name),
@@ -127,11 +221,10 @@ def train(args: argparse.Namespace) -> int:
     from .report import terminal
     from .workload import load_workload
 
+    _check_flags(args)
     config = load_config(args.config)
     device = resolve_device(args.device)
     workload = load_workload(args.target)
-    if args.steps < 1:
-        raise UserError(f"--steps {args.steps}: give a positive number of steps.")
     t0 = time.perf_counter()
     trainer = Trainer(workload, config, device, seed=args.seed)
     setup = time.perf_counter() - t0
@@ -163,8 +256,9 @@ def report(args: argparse.Namespace) -> int:
     if args.schema:
         sys.stdout.write(json.dumps(report_schema(), indent=2) + "\n")
         return 0
-    if not args.dir:
+    if args.dir is None:
         raise UserError("autotune report needs a tune output folder (autotune report DIR), or --schema.")
+    _check_flags(args)
     written = rerender(Path(args.dir))
     print("wrote " + " and ".join(str(p) for p in written))
     return 0
@@ -179,8 +273,18 @@ _COMMANDS = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors in the same one-paragraph form as every other bad input."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        hint = ""
+        if "expected one argument" in message:
+            hint = " (a value that starts with '-' must be written --flag=VALUE)"
+        self.exit(2, f"error: {message}{hint}; see `{self.prog} --help` for the flags.\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="autotune", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="autotune", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     cmds = {}
     for name, (_, help_text) in _COMMANDS.items():
@@ -193,7 +297,7 @@ def _parser() -> argparse.ArgumentParser:
     for name in ("profile", "tune"):
         c = cmds[name]
         c.add_argument("--memory-limit", help="peak memory allowed, like 512MB or 2GiB")
-        c.add_argument("--seed", type=int, default=0, help="model init and data order (default 0)")
+        c.add_argument("--seed", type=int, default=0, help="model init and data order, 0 to 2**32-1 (default 0)")
         c.add_argument("--windows", type=int, help="measured windows per config (default 5)")
         c.add_argument("--steps", type=int, help="measured steps per window, at least (default 12)")
         c.add_argument("--warmup", type=int, help="warm-up steps per window (default 3)")
@@ -203,7 +307,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--trials", type=int, default=40, help="most trials over all recipes (default 40)")
     t.add_argument("--budget", help="wall-clock budget, like 10m or 1h (default none)")
     t.add_argument("--out", default="autotune-out", help="output folder (default autotune-out)")
-    t.add_argument("--storage", help="Optuna storage URL (default: sqlite file in --out)")
+    t.add_argument("--storage", help="Optuna storage URL (default: $AUTOTUNE_STORAGE when set, which keeps a password "
+                   "out of ps and the shell history; else a sqlite file in --out)")
     t.add_argument("--study", help="study name (default: derived from the workload name)")
     t.add_argument("--recipes", help="folder of extra or overriding recipe files")
     t.add_argument("--only", help="comma-separated recipe names to consider (default all)")

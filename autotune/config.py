@@ -9,6 +9,7 @@ without CUDA, ...) belong to the loop that applies the config (`autotune.loop`).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,13 +19,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import ConfigError, UserError
 
 
+# Upper bounds: past them a value is a typo that would fork thousands of processes or
+# overflow a C int inside torch, not a setting to measure.
+MAX_WORKERS, MAX_PREFETCH, MAX_THREADS, MAX_INT32 = 4096, 1024, 4096, 2**31 - 1
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class DataConfig(_Section):
-    num_workers: int = Field(0, ge=0, description="DataLoader worker processes; 0 loads in the training process.")
-    prefetch_factor: int | None = Field(None, ge=1, description="Batches each worker keeps ready; only with workers > 0.")
+    num_workers: int = Field(0, ge=0, le=MAX_WORKERS, description="DataLoader worker processes; 0 loads in the training process.")
+    prefetch_factor: int | None = Field(None, ge=1, le=MAX_PREFETCH, description="Batches each worker keeps ready; only with workers > 0.")
     pin_memory: bool = Field(False, description="Page-locked host buffers for faster, async copies (CUDA only).")
     persistent_workers: bool = Field(False, description="Keep workers alive between epochs; only with workers > 0.")
     non_blocking: bool = Field(False, description="Asynchronous host-to-device copies.")
@@ -42,7 +48,7 @@ class CompileConfig(_Section):
 
 
 class MemoryConfig(_Section):
-    micro_batch_size: int | None = Field(None, ge=1, description="Gradient accumulation over global/micro steps; null = one pass.")
+    micro_batch_size: int | None = Field(None, ge=1, le=MAX_INT32, description="Gradient accumulation over global/micro steps; null = one pass.")
     activation_checkpointing: bool = Field(False, description="Recompute the hinted blocks' activations in backward.")
 
 
@@ -56,7 +62,7 @@ class OptimizerConfig(_Section):
 
 class BackendConfig(_Section):
     cudnn_benchmark: bool = Field(False, description="cuDNN autotuner for convolutions (CUDA).")
-    num_threads: int | None = Field(None, ge=1, description="Intra-op CPU threads of the training process; null = torch's default.")
+    num_threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="Intra-op CPU threads of the training process; null = torch's default.")
 
 
 def cross_field_errors(nested: dict[str, Any]) -> list[str]:
@@ -120,6 +126,7 @@ def _pydantic_errors(exc: ValidationError) -> list[str]:
     out = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
+        loc = loc if loc or not err["loc"] else repr(loc)  # a key that is empty text
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = f"unknown key (known keys: {', '.join(KEYS)})"
@@ -131,9 +138,18 @@ def _pydantic_errors(exc: ValidationError) -> list[str]:
 def from_dict(data: dict[str, Any], source: str = "config") -> TrainConfig:
     """Build from nested sections (`{"data": {"num_workers": 2}}`) or dotted keys."""
     if not isinstance(data, dict):
-        raise ConfigError([f"expected a mapping of sections, got {type(data).__name__}"], source)
-    if any("." in str(k) for k in data):
+        raise ConfigError([f"expected a mapping of sections (like `data: {{num_workers: 2}}`), got {_kind(data)}"],
+                          source)
+    bad_keys = [k for k in data if not isinstance(k, str)]
+    if bad_keys:
+        raise ConfigError([f"key {_short(k)} ({type(k).__name__}) is not a section name or dotted key "
+                           f"(known keys: {', '.join(KEYS)})" for k in bad_keys], source)
+    if any("." in k for k in data):
         return from_flat(data, source)
+    for section, values in data.items():
+        if isinstance(values, dict) and any(not isinstance(k, str) for k in values):
+            raise ConfigError([f"{section}.{_short(k)}: a key must be text (known keys: {', '.join(KEYS)})"
+                               for k in values if not isinstance(k, str)], source)
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:
@@ -144,26 +160,81 @@ def from_dict(data: dict[str, Any], source: str = "config") -> TrainConfig:
 
 
 def from_flat(flat: dict[str, Any], source: str = "config") -> TrainConfig:
+    """Build from dotted keys (`{"data.num_workers": 2}`); a whole section may sit beside them
+    (`{"data": {...}, "data.num_workers": 2}`) as long as no key is given twice."""
+    if not isinstance(flat, dict):
+        raise ConfigError([f"expected a mapping of dotted keys, got {_kind(flat)}"], source)
     nested: dict[str, Any] = {}
-    for key, value in flat.items():
-        section, _, name = str(key).partition(".")
-        if not name:
-            nested[section] = value
+    errors = []
+    dotted = []
+    for key, value in flat.items():  # whole sections first, then the dotted keys into them
+        if not isinstance(key, str):
+            errors.append(f"key {_short(key)} ({type(key).__name__}) is not a dotted key (known keys: {', '.join(KEYS)})")
+        elif "." in key:
+            dotted.append((key, value))
+        elif not key:
+            errors.append(f"key '' is empty; give a dotted key like data.num_workers (known keys: {', '.join(KEYS)})")
         else:
-            nested.setdefault(section, {})[name] = value
+            nested[key] = dict(value) if isinstance(value, dict) else value
+    for key, value in dotted:
+        section, _, name = key.partition(".")
+        if not section or not name:
+            errors.append(f"key {key!r} is not a dotted key like data.num_workers (known keys: {', '.join(KEYS)})")
+            continue
+        current = nested.setdefault(section, {})
+        if not isinstance(current, dict):
+            errors.append(f"{section}: given as {_short(current)} and with the dotted key {key!r}; "
+                          f"a section is a mapping of keys, give {section}.* keys only")
+        elif name in current:
+            errors.append(f"{key}: given twice (as {key} and inside the {section} section); give it once")
+        else:
+            current[name] = value
+    if errors:
+        raise ConfigError(errors, source)
     return from_dict(nested, source)
+
+
+def _kind(value: Any) -> str:
+    return {list: "a list", str: "text", int: "a number", float: "a number", bool: "true/false"}.get(
+        type(value), type(value).__name__)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def load_config(path: str | Path) -> TrainConfig:
     """Read a `tuned.yaml` (or JSON) file into a validated `TrainConfig`."""
     p = Path(path)
+    if p.is_dir():
+        raise UserError(f"config file {str(p)!r} is a folder; give the path of a tuned.yaml written by `autotune tune`.")
     if not p.is_file():
         raise UserError(f"config file {str(p)!r} does not exist: give the path of a tuned.yaml written by `autotune tune`.")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                        "give a tuned.yaml written by `autotune tune`, or save the file as UTF-8.") from None
+    except OSError as exc:
+        raise UserError(f"config file {str(p)!r} cannot be read ({exc.strerror}); give a file you can read.") from None
+    data = load_yaml(text, f"config file {str(p)!r}")
+    return from_dict({} if data is None else data, source=f"config file {str(p)!r}")
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """`yaml.safe_load`, with every way it can fail on bad text (a syntax error, an integer
+    of thousands of digits, nesting deeper than Python's stack) as a `UserError` naming `where`."""
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise UserError(f"config file {str(p)!r} is not valid YAML: {exc}") from None
-    return from_dict(data, source=f"config file {str(p)!r}")
+        detail = " ".join(str(exc).split())
+        raise UserError(f"{where} is not valid YAML: {detail[:500]}") from None
+    except RecursionError:
+        raise UserError(f"{where} nests too deeply to be read; give a flat YAML mapping.") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # e.g. an int past Python's digit limit
+        detail = str(exc).split(";")[0][:200]  # not Python's advice to raise its digit limit
+        raise UserError(f"{where} holds a value that cannot be read ({detail}); fix or remove it.") from None
 
 
 def to_yaml(config: TrainConfig, comments: dict[str, str] | None = None) -> str:
@@ -175,9 +246,21 @@ def to_yaml(config: TrainConfig, comments: dict[str, str] | None = None) -> str:
         for key, value in values.items():
             text = json.dumps(value) if not isinstance(value, str) else value
             text = "null" if value is None else text
-            note = comments.get(f"{section}.{key}")
+            note = _comment(comments.get(f"{section}.{key}") or "")
             lines.append(f"  {key}: {text}" + (f"  # {note}" if note else ""))
     return "\n".join(lines) + "\n"
+
+
+def _comment(text: str) -> str:
+    """Text that stays one YAML comment: every line break (YAML counts NEL and the Unicode
+    line and paragraph separators too) and run of spaces becomes one space, and a character
+    YAML does not allow in a file is written as its escape (`\\x1b`)."""
+    flat = " ".join(re.split(r"[\s\x85\u2028\u2029]+", str(text))).strip()
+    return _NOT_PRINTABLE.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), flat)
+
+
+# What a YAML stream may hold (YAML 1.1 as PyYAML reads it), surrogates excluded.
+_NOT_PRINTABLE = re.compile("[^\x09\x0A\x0D\x20-\x7E\x85\xA0-\uD7FF\uE000-\uFFFD\U00010000-\U0010FFFF]")
 
 
 def save_config(config: TrainConfig, path: str | Path, comments: dict[str, str] | None = None) -> None:

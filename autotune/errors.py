@@ -7,12 +7,19 @@ inside the user's own workload code: the CLI shows their traceback, trimmed to t
 
 from __future__ import annotations
 
+import importlib
 import traceback
 from pathlib import Path
 
 from .record import FailureKind
 
 _OUR_ROOT = str(Path(__file__).resolve().parent)
+_IMPORTLIB = str(Path(importlib.__file__).resolve().parent)  # the import machinery's frames are noise too
+
+
+def _theirs(filename: str) -> bool:
+    """Whether a frame's file is the user's (not autotune, torch or the import machinery)."""
+    return not (filename.startswith((_OUR_ROOT, _IMPORTLIB, "<frozen importlib")) or "/torch/" in filename)
 
 
 class UserError(Exception):
@@ -38,12 +45,9 @@ class UserCodeError(Exception):
         super().__init__(f"{where} raised {type(exc).__name__}: {exc}")
 
     def user_traceback(self) -> str:
-        """The traceback of the original exception, with autotune's and torch's frames dropped."""
-        frames = [
-            f
-            for f in traceback.extract_tb(self.exc.__traceback__)
-            if not f.filename.startswith(_OUR_ROOT) and "/torch/" not in f.filename
-        ]
+        """The traceback of the original exception, with autotune's, torch's and the import
+        machinery's frames dropped."""
+        frames = [f for f in traceback.extract_tb(self.exc.__traceback__) if _theirs(f.filename)]
         text = "".join(traceback.format_list(frames))
         tail = "".join(traceback.format_exception_only(type(self.exc), self.exc))
         return f"Traceback (your code, autotune and torch frames omitted):\n{text}{tail}"
@@ -55,7 +59,9 @@ def call_user(where: str, fn, *args, **kwargs):
         return fn(*args, **kwargs)
     except (UserError, UserCodeError, KeyboardInterrupt):
         raise
-    except Exception as exc:  # noqa: BLE001 - any failure in user code is theirs to see
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any failure in user code is theirs to see
+        # SystemExit too: a module that calls sys.exit() or parses the command line at import
+        # time must not end autotune silently with its own exit code.
         raise UserCodeError(where, exc) from exc
 
 

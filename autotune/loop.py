@@ -95,6 +95,12 @@ class Trainer:
         model, self.step_model = apply.prepare_model(model.to(device), config, workload.checkpoint_blocks)
         model.train()
         optimizer = call_user("the workload's optimizer factory", workload.optimizer, model.parameters())
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise UserError(
+                f"Workload {workload.name!r}: optimizer(params) returned {type(optimizer).__name__}, not a "
+                "torch.optim.Optimizer; return one built on the parameters it is given "
+                "(e.g. lambda params: torch.optim.SGD(params, lr=0.1))."
+            )
         self.optimizer = apply.set_optimizer_impl(optimizer, config, f"config for workload {workload.name!r}")
         self.model = model
         self.scaler = apply.grad_scaler(config, device)
@@ -172,6 +178,12 @@ class Trainer:
                 raise UserError(
                     f"Workload {self.workload.name!r}: loss(model, batch) returned {shape}, not a scalar tensor; "
                     "reduce it (e.g. .mean()) before returning."
+                )
+            if not loss.requires_grad:
+                raise UserError(
+                    f"Workload {self.workload.name!r}: loss(model, batch) returned a tensor without grad "
+                    "(requires_grad=False), so there is nothing to backpropagate; the loss must depend on the "
+                    "model's parameters (compute it from model(batch), and not under torch.no_grad() or .detach())."
                 )
             if self.accum > 1:
                 loss = loss / self.accum

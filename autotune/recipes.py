@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import ast
 import importlib.resources
+import math
 import operator
 import os
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from .config import KEYS
 from .errors import UserError
@@ -26,19 +26,41 @@ from .record import Bottleneck
 # wheel as the data package `autotune.recipe_files` (see pyproject.toml's package-dir).
 SHIPPED_PACKAGE = "autotune.recipe_files"
 FACTS = ("conv", "checkpoint_blocks")
-_OPS = {ast.Mult: operator.mul, ast.Div: operator.floordiv, ast.FloorDiv: operator.floordiv,
-        ast.Add: operator.add, ast.Sub: operator.sub}
+MAX_TRIALS = 10_000  # a recipe's own trial count; --trials bounds the run as a whole
+
+
+class _DivisionByZero(ValueError):
+    pass
+
+
+def _floordiv(a: int, b: int) -> int:
+    if b == 0:
+        raise _DivisionByZero
+    return a // b
+
+
+_OPS = {ast.Mult: operator.mul, ast.Div: _floordiv, ast.FloorDiv: _floordiv, ast.Add: operator.add,
+        ast.Sub: operator.sub}
+_MAX_EXPR = 200  # characters: a range bound is a short formula
 
 
 def evaluate(expr: Any, names: dict[str, int]) -> int:
-    """An int, or a small arithmetic expression over `cores` and `batch` ("4*cores")."""
-    if isinstance(expr, int):
+    """An int, or a small arithmetic expression over `cores` and `batch` ("4*cores").
+
+    Raises:
+        ValueError: Anything else (other names, functions, floats, booleans, a division by
+            zero for these `names`), with what is wrong.
+    """
+    if isinstance(expr, int) and not isinstance(expr, bool):
         return expr
+    if not isinstance(expr, str) or len(expr) > _MAX_EXPR:
+        raise ValueError(f"unsupported bound {_show(expr)} (use an integer or a formula of integers, cores, "
+                         "batch and + - * / in at most 200 characters)")
 
     def ev(node):
         if isinstance(node, ast.Expression):
             return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
             return node.value
         if isinstance(node, ast.Name) and node.id in names:
             return names[node.id]
@@ -46,7 +68,24 @@ def evaluate(expr: Any, names: dict[str, int]) -> int:
             return _OPS[type(node.op)](ev(node.left), ev(node.right))
         raise ValueError(f"unsupported expression {expr!r} (use integers, cores, batch, + - * /)")
 
-    return int(ev(ast.parse(str(expr), mode="eval")))
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except (SyntaxError, ValueError):
+        raise ValueError(f"unsupported expression {expr!r}: not a formula (use integers, cores, batch, + - * /)") from None
+    except (RecursionError, MemoryError):
+        raise ValueError(f"unsupported expression {_show(expr)}: nested too deeply") from None
+    try:
+        return int(ev(tree))
+    except _DivisionByZero:
+        shown = ", ".join(f"{k}={v}" for k, v in names.items())
+        raise ValueError(f"expression {expr!r} divides by zero (with {shown})") from None
+    except RecursionError:
+        raise ValueError(f"unsupported expression {_show(expr)}: nested too deeply") from None
+
+
+def _show(value: Any) -> str:
+    """A value from a recipe file for a message, cut to a line (reprlib bounds nesting too)."""
+    return reprlib.repr(value)
 
 
 @dataclass(frozen=True)
@@ -62,9 +101,13 @@ class Knob:
         if self.device and self.device != device:
             return []
         names = {"cores": cores, "batch": batch}
-        vals = [d for d in range(1, batch + 1) if batch % d == 0] if self.choices == "divisors" else list(self.choices)
-        lo = evaluate(self.min, names) if self.min is not None else None
-        hi = evaluate(self.max, names) if self.max is not None else None
+        vals = _divisors(batch) if self.choices == "divisors" else list(self.choices)
+        try:
+            lo = evaluate(self.min, names) if self.min is not None else None
+            hi = evaluate(self.max, names) if self.max is not None else None
+        except ValueError as exc:
+            raise UserError(f"recipe knob {self.key!r}: its range cannot be computed on this machine "
+                            f"(cores={cores}, batch={batch}): {exc}; fix min/max in the recipe file.") from None
         numeric = [v for v in vals if isinstance(v, int) and not isinstance(v, bool)]
         keep = [v for v in numeric if (lo is None or v >= lo) and (hi is None or v <= hi)]
         return [v for v in vals if v not in numeric or v in keep]
@@ -102,6 +145,34 @@ class Recipe:
         return {k: v for k, v in out.items() if v}
 
 
+def _divisors(n: int) -> list[int]:
+    """The divisors of `n` in order, in O(sqrt n)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+_SCALARS = (type(None), bool, int, float, str)
+_SAMPLE_MACHINES = ({"cores": 2, "batch": 64}, {"cores": 1, "batch": 1}, {"cores": 64, "batch": 4096})
+
+
+def _check_choice(key: str, value: Any) -> str | None:
+    """Why `value` cannot be the config key's value, or None when it can."""
+    from pydantic import ValidationError
+
+    from .config import TrainConfig
+
+    if not isinstance(value, _SCALARS):
+        return (f"field 'knobs.{key}.choices' must list plain values (numbers, text, true/false, null), "
+                f"got {_show(value)}")
+    section, _, name = key.partition(".")
+    model = TrainConfig.model_fields[section].annotation
+    try:
+        model.model_validate({name: value})
+    except ValidationError as exc:
+        return f"field 'knobs.{key}.choices': {_show(value)} is not a valid {key} ({exc.errors()[0]['msg']})"
+    return None
+
+
 def _parse_knobs(raw: Any, errors: list[str]) -> list[Knob]:
     knobs: list[Knob] = []
     if not isinstance(raw, dict) or not raw:
@@ -114,70 +185,117 @@ def _parse_knobs(raw: Any, errors: list[str]) -> list[Knob]:
         if not isinstance(spec, dict) or "choices" not in spec:
             errors.append(f"field 'knobs.{key}' needs choices: a list of values, or 'divisors'")
             continue
+        unknown = [k for k in spec if k not in ("choices", "min", "max", "device", "grow")]
+        if unknown:
+            errors.append(f"field 'knobs.{key}' has unknown field(s) {', '.join(_show(k) for k in unknown)} "
+                          "(known: choices, min, max, device, grow)")
         ch = spec["choices"]
         if not (ch == "divisors" or (isinstance(ch, list) and ch)):
-            errors.append(f"field 'knobs.{key}.choices' must be a non-empty list or 'divisors', got {ch!r}")
+            errors.append(f"field 'knobs.{key}.choices' must be a non-empty list or 'divisors', got {_show(ch)}")
             continue
+        bad = [why for why in (_check_choice(key, v) for v in (ch if isinstance(ch, list) else [])) if why]
+        if bad:
+            errors += bad[:3]
+            continue
+        bounds_ok = True
         for bound in ("min", "max"):
             if spec.get(bound) is not None:
                 try:
-                    evaluate(spec[bound], {"cores": 2, "batch": 64})
-                except (ValueError, SyntaxError) as exc:
+                    for names in _SAMPLE_MACHINES:
+                        evaluate(spec[bound], names)
+                except ValueError as exc:
                     errors.append(f"field 'knobs.{key}.{bound}': {exc}")
+                    bounds_ok = False
+        if bounds_ok and spec.get("min") is not None and spec.get("max") is not None:
+            low, high = (evaluate(spec[b], _SAMPLE_MACHINES[0]) for b in ("min", "max"))
+            if low > high:
+                errors.append(f"field 'knobs.{key}': min {_show(spec['min'])} is above max {_show(spec['max'])} "
+                              f"({low} > {high} with cores=2, batch=64), so no value is left to try")
+        device = spec.get("device")
+        if device not in (None, "cpu", "cuda"):
+            errors.append(f"field 'knobs.{key}.device' must be cpu or cuda (or left out), got {_show(device)}")
         grow = spec.get("grow", False)
         if not isinstance(grow, bool):
-            errors.append(f"field 'knobs.{key}.grow' must be true or false, got {grow!r}")
+            errors.append(f"field 'knobs.{key}.grow' must be true or false, got {_show(grow)}")
         knobs.append(Knob(key, tuple(ch) if isinstance(ch, list) else ch, spec.get("max"), spec.get("min"),
-                          spec.get("device"), bool(grow)))
+                          device, bool(grow)))
     return knobs
 
 
 def _number(data: dict, key: str, default: float, low: float, high: float, errors: list[str]) -> float:
     v = data.get(key, default)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
-        errors.append(f"field {key!r} must be a number from {low} to {high}, got {v!r}")
+        errors.append(f"field {key!r} must be a number from {low} to {high}, got {_show(v)}")
         return default
     return float(v)
 
 
+def _read(path: Any, where: str) -> Any:
+    """The parsed YAML of a recipe file, every failure to read it a `UserError`."""
+    from .config import load_yaml
+
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{where} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8.") from None
+    except OSError as exc:
+        raise UserError(f"{where} cannot be read ({exc.strerror or exc}); give readable recipe files.") from None
+    return load_yaml(text, where)
+
+
+def _text_field(data: dict, key: str, errors: list[str], required: bool = False) -> str:
+    v = data.get(key)
+    if v is None and not required:
+        return ""
+    if not isinstance(v, str) or (required and not v.strip()):
+        errors.append(f"field {key!r} must be {'non-empty ' if required else ''}text, got {_show(v)}")
+        return ""
+    return v
+
+
 def _parse(path: Any) -> Recipe:
     where = f"recipe file {str(path)!r}"
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise UserError(f"{where} is not valid YAML: {exc}") from None
+    data = _read(path, where)
     if not isinstance(data, dict):
         raise UserError(f"{where} must be a mapping with name, targets, cost, knobs, tradeoffs.")
     errors: list[str] = []
     known = {"name", "summary", "targets", "cost", "applies", "knobs", "trials", "tradeoffs", "snippet", "removes",
              "compute_speedup"}
-    errors += [f"unknown field {k!r} (known: {', '.join(sorted(known))})" for k in data if k not in known]
+    errors += [f"unknown field {_show(k)} (known: {', '.join(sorted(known))})" for k in data if k not in known]
     errors += [f"missing field {k!r}" for k in ("name", "targets", "cost", "knobs", "tradeoffs") if k not in data]
+    name = _text_field(data, "name", errors, required="name" in data)
+    summary = _text_field(data, "summary", errors)
+    tradeoffs = _text_field(data, "tradeoffs", errors, required="tradeoffs" in data)
+    snippet = _text_field(data, "snippet", errors)
     classes = {b.value for b in Bottleneck}
     targets = data.get("targets") or []
-    if not isinstance(targets, list) or any(t not in classes for t in targets):
-        errors.append(f"field 'targets' must be a list of {sorted(classes)}, got {targets!r}")
+    if not isinstance(targets, list) or any(not isinstance(t, str) or t not in classes for t in targets):
+        errors.append(f"field 'targets' must be a list of {sorted(classes)}, got {_show(targets)}")
+        targets = []
     if "cost" in data and (not isinstance(data["cost"], int) or isinstance(data["cost"], bool) or data["cost"] < 1):
-        errors.append(f"field 'cost' must be a positive integer rank, got {data['cost']!r}")
+        errors.append(f"field 'cost' must be a positive integer rank, got {_show(data['cost'])}")
     applies = data.get("applies") or {}
     devices = applies.get("devices", ["cpu", "cuda"]) if isinstance(applies, dict) else None
     requires = applies.get("requires", []) if isinstance(applies, dict) else None
-    if not isinstance(devices, list) or any(d not in ("cpu", "cuda") for d in devices):
-        errors.append(f"field 'applies.devices' must list cpu and/or cuda, got {devices!r}")
+    if isinstance(applies, dict) and any(k not in ("devices", "requires") for k in applies):
+        errors.append(f"field 'applies' has unknown field(s) {', '.join(_show(k) for k in applies if k not in ('devices', 'requires'))} "
+                      "(known: devices, requires)")
+    if not isinstance(devices, list) or not devices or any(d not in ("cpu", "cuda") for d in devices):
+        errors.append(f"field 'applies.devices' must list cpu and/or cuda, got {_show(devices)}")
     if not isinstance(requires, list) or any(r not in FACTS for r in requires):
-        errors.append(f"field 'applies.requires' must list some of {list(FACTS)}, got {requires!r}")
+        errors.append(f"field 'applies.requires' must list some of {list(FACTS)}, got {_show(requires)}")
     knobs = _parse_knobs(data.get("knobs") or {}, errors)
     trials = data.get("trials", 6)
-    if not isinstance(trials, int) or trials < 1:
-        errors.append(f"field 'trials' must be a positive integer, got {trials!r}")
+    if not isinstance(trials, int) or isinstance(trials, bool) or not 1 <= trials <= MAX_TRIALS:
+        errors.append(f"field 'trials' must be a whole number from 1 to {MAX_TRIALS}, got {_show(trials)}")
     removes = _number(data, "removes", 0.8, 0.0, 1.0, errors)
     speedup = _number(data, "compute_speedup", 1.1, 1.0, 100.0, errors)
     if errors:
         raise UserError(f"{where} is malformed: " + "; ".join(errors) + ".")
     return Recipe(
-        name=str(data["name"]), summary=str(data.get("summary", "")), targets=tuple(Bottleneck(t) for t in targets),
+        name=name, summary=summary, targets=tuple(Bottleneck(t) for t in targets),
         cost=data["cost"], devices=tuple(devices), requires=tuple(requires), knobs=tuple(knobs), trials=trials,
-        tradeoffs=" ".join(str(data["tradeoffs"]).split()), snippet=str(data.get("snippet", "")), source=str(path),
+        tradeoffs=" ".join(tradeoffs.split()), snippet=snippet, source=str(path),
         removes=removes, compute_speedup=speedup,
     )
 

@@ -65,7 +65,9 @@ def collect(run_steps, steps: int, device: torch.device, trace_path: str | None 
     # of a block allocated before; exceptions still propagate.
     with quiet_stderr(), profile(activities=activities, profile_memory=True) as prof:
         wall = run_steps(steps)
-    fd, tmp = tempfile.mkstemp(suffix=".json")
+    # With a trace to keep, the temporary file sits beside it: os.replace cannot cross filesystems.
+    where = os.path.dirname(os.path.abspath(trace_path)) if trace_path else None
+    fd, tmp = tempfile.mkstemp(suffix=".json", dir=where, prefix=".trace." if where else "tmp")
     os.close(fd)
     try:
         prof.export_chrome_trace(tmp)

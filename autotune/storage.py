@@ -1,8 +1,13 @@
 """Where trials and decisions are stored: Optuna storage URLs, opened with clear errors,
-shown without passwords, and the study name a workload gets by default."""
+shown without passwords, and the study name a workload gets by default.
+
+A URL may carry a password; `AUTOTUNE_STORAGE` keeps it out of `ps` and the shell history.
+Every message and report shows `redact(url)`, never the URL itself.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -10,7 +15,16 @@ import optuna
 
 from .errors import UserError
 
-__all__ = ["default_url", "open_storage", "redact", "study_name"]
+__all__ = ["ENV_VAR", "default_url", "open_storage", "redact", "storage_url", "study_name"]
+
+ENV_VAR = "AUTOTUNE_STORAGE"
+HIDDEN = "***"
+# Query parameters whose value is a secret, by name (case-insensitive, anywhere in the name):
+# password, passwd, pass, pwd, secret, token, api_key, auth, credentials, sslpassword, ...
+_SECRET_PARAM = re.compile(r"pass|pwd|secret|token|key|auth|cred|sig", re.IGNORECASE)
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://)(.*)$", re.DOTALL)
+_QUERY_PAIR = re.compile(r"([?&;])([^=&;#]*)=([^&;]*)")
+_MAX_STUDY_NAME = 128
 
 
 def default_url(out_dir: Path) -> str:
@@ -18,27 +32,130 @@ def default_url(out_dir: Path) -> str:
     return f"sqlite:///{(Path(out_dir) / 'study.db').resolve()}"
 
 
-def redact(url: str) -> str:
-    """The URL with any password hidden, for messages and reports."""
-    try:
-        from sqlalchemy.engine import make_url
+def storage_url(flag_value: str | None, out_dir: Path) -> str:
+    """The storage URL a run uses: `--storage`, else `$AUTOTUNE_STORAGE`, else SQLite in `out_dir`.
 
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - not a SQLAlchemy URL: hide anything that looks like a password
-        return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+    Args:
+        flag_value: The `--storage` flag, or None when it was not given.
+        out_dir: The output folder, for the default SQLite file.
+
+    Returns:
+        The URL (with any password in it: show it only through `redact`).
+
+    Raises:
+        UserError: The flag or the variable is set but empty.
+    """
+    if flag_value is not None:
+        if not flag_value.strip():
+            raise UserError("--storage is empty; give an Optuna storage URL, or leave the flag out "
+                            f"for ${ENV_VAR} or the SQLite file in --out.")
+        return flag_value
+    env = os.environ.get(ENV_VAR)
+    if env is not None and env.strip():
+        return env
+    return default_url(out_dir)
+
+
+def _hide_query(query: str) -> str:
+    """`?user=x&password=y` with every secret-looking parameter's value hidden."""
+    return _QUERY_PAIR.sub(lambda m: f"{m[1]}{m[2]}={HIDDEN}" if _SECRET_PARAM.search(m[2]) else m[0], query)
+
+
+def _redact_fallback(url: str) -> str:
+    """Hide the password of `scheme://user:password@host/...` without a parser, erring on
+    the side of hiding: the user information runs to the last `@` before the query (or, with
+    no `@` there, the last `@` at all), so a password with an unencoded `@`, `/` or `?` is
+    hidden whole, even when that hides part of the host too."""
+    m = _SCHEME.match(url)
+    if not m:  # not a URL at all: hide everything after the first colon
+        head, sep, _ = url.partition(":")
+        return f"{head}{sep}{HIDDEN}" if sep else _hide_query(url)
+    scheme, rest = m.groups()
+    before_query = rest.split("?", 1)[0]
+    at = before_query.rfind("@")
+    if at < 0:
+        at = rest.rfind("@")
+    if at >= 0:
+        userinfo, rest = rest[:at], rest[at:]
+        user, colon, _ = userinfo.partition(":")
+        rest = (f"{user}:{HIDDEN}" if colon else userinfo) + rest
+    main, q, query = rest.partition("?")
+    return scheme + main + (q + _hide_query("?" + query)[1:] if q else "")
+
+
+def redact(url: str) -> str:
+    """The URL with every password hidden, for messages and reports.
+
+    The password of the user information (`postgresql://u:pw@h/db`) and the values of
+    secret-looking query parameters (`?password=...`, `&pass=...`, `&token=...`) become
+    `***`. SQLAlchemy's URL parser does it where it parses the URL unambiguously; a URL it
+    cannot parse, or one with more than one `@` (a password holding an unencoded `@`),
+    goes through a regular expression that hides more rather than less.
+    """
+    url = str(url)
+    m = _SCHEME.match(url)
+    ambiguous = m is None or m.group(2).count("@") > 1 or "#" in url
+    if not ambiguous:
+        try:
+            from sqlalchemy.engine import make_url
+
+            parsed = make_url(url)
+            # Without a password the URL is shown as typed; with one, as SQLAlchemy renders it
+            # with the password hidden. Secret query values are hidden in the text either way.
+            shown = url if parsed.password is None else parsed.render_as_string(hide_password=True)
+            shown = _hide_query(shown)
+            secret = "" if parsed.password is None else str(parsed.password)
+            if secret and (secret in shown.replace(HIDDEN, "") or parsed.host and "@" in parsed.host):
+                raise ValueError("the password is not cleanly separated")  # leave it to the fallback
+            return shown
+        except Exception:  # noqa: BLE001 - not a SQLAlchemy URL: the fallback hides what it can
+            pass
+    return _redact_fallback(url)
+
+
+def _secrets(url: str) -> list[str]:
+    """The secret strings in a URL (password, secret query values), raw and %-decoded,
+    so that a driver's message that quotes one can be scrubbed."""
+    from urllib.parse import unquote
+
+    found = []
+    m = _SCHEME.match(url)
+    if m:
+        rest = m.group(2)
+        before_query = rest.split("?", 1)[0]
+        at = before_query.rfind("@") if "@" in before_query else rest.rfind("@")
+        if at >= 0:
+            _, colon, password = rest[:at].partition(":")
+            if colon and password:
+                found.append(password)
+    found += [v for _, k, v in _QUERY_PAIR.findall(url) if _SECRET_PARAM.search(k) and v]
+    found += [unquote(s) for s in found]
+    return sorted({s for s in found if len(s) >= 3}, key=len, reverse=True)
+
+
+def scrub(text: str, url: str) -> str:
+    """`text` (an error message) with the URL and every secret in it hidden."""
+    text = str(text).replace(url, redact(url))
+    for secret in _secrets(url):
+        text = text.replace(secret, HIDDEN)
+    return text
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
     try:
         return optuna.storages.get_storage(url)
     except Exception as exc:  # noqa: BLE001 - any failure to open storage is the URL's
-        msg = str(exc).replace(url, redact(url))
+        msg = scrub(str(exc), url)
+        first = msg.splitlines()[0][:300] if msg.strip() else "no detail"
+        named = f"${ENV_VAR}" if os.environ.get(ENV_VAR) == url else "--storage"
         raise UserError(
-            f"--storage {redact(url)!r} cannot be opened ({type(exc).__name__}: {msg.splitlines()[0][:300]}); "
-            "give an Optuna storage URL such as sqlite:///path/study.db or postgresql://user:pass@host/db."
+            f"{named} {redact(url)!r} cannot be opened ({type(exc).__name__}: {first}); "
+            "give an Optuna storage URL such as sqlite:///path/study.db or postgresql://user:pass@host/db "
+            f"(by --storage or ${ENV_VAR})."
         ) from None
 
 
 def study_name(workload_name: str) -> str:
     """A study name derived from the workload's name."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", workload_name).strip("-") or "workload"
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(workload_name)).strip("-")[:_MAX_STUDY_NAME].strip("-")
+    return name or "workload"

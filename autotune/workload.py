@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from .errors import UserError, call_user
+from .errors import UserCodeError, UserError, call_user
 
 
 @dataclass
@@ -44,29 +45,81 @@ class Workload:
 
     def __post_init__(self) -> None:
         errors = []
+        if not isinstance(self.name, str) or not self.name.strip():
+            errors.append(f"name must be a non-empty string, got {_short(self.name)}")
+        elif not _utf8(self.name):
+            errors.append("name must be text that can be written as UTF-8 (it holds a lone surrogate)")
         if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
-            errors.append(f"batch_size must be a positive int, got {self.batch_size!r}")
+            errors.append(f"batch_size must be a positive int, got {_short(self.batch_size)}")
         for name in ("model", "optimizer", "loss"):
             if not callable(getattr(self, name)):
                 errors.append(f"{name} must be callable (a factory or function), got {type(getattr(self, name)).__name__}")
-        self.checkpoint_blocks = tuple(self.checkpoint_blocks or ())
+        if not (callable(self.dataset) or _dataset_like(self.dataset)):
+            errors.append(f"dataset must be a torch Dataset (or anything with __getitem__ and __len__, or __iter__) "
+                          f"or a factory returning one, got {type(self.dataset).__name__}")
+        if self.collate_fn is not None and not callable(self.collate_fn):
+            errors.append(f"collate_fn must be callable or None, got {type(self.collate_fn).__name__}")
+        blocks = self.checkpoint_blocks
+        if isinstance(blocks, type):
+            blocks = (blocks,)
+        try:
+            blocks = tuple(blocks or ())
+        except TypeError:
+            errors.append(f"checkpoint_blocks must be a tuple of module classes, got {type(blocks).__name__}")
+            blocks = ()
+        bad = [b for b in blocks if not isinstance(b, type)]
+        if bad:
+            errors.append(f"checkpoint_blocks must hold module classes (like MyBlock), not instances or other "
+                          f"values: got {_short(bad[0])}")
+        self.checkpoint_blocks = blocks
         if errors:
-            raise UserError(f"Workload {self.name!r} is invalid: " + "; ".join(errors) + ".")
+            label = repr(self.name) if isinstance(self.name, str) else "(unnamed)"
+            raise UserError(f"Workload {label} is invalid: " + "; ".join(errors) + ".")
 
     def make_dataset(self) -> Any:
         ds = self.dataset
         if callable(ds) and not isinstance(ds, torch.utils.data.Dataset):
             ds = call_user("the workload's dataset factory", ds)
+            if not _dataset_like(ds):
+                raise UserError(
+                    f"Workload {self.name!r}: the dataset factory returned {type(ds).__name__}, not a dataset; "
+                    "return a torch Dataset (or anything with __getitem__ and __len__, or __iter__)."
+                )
         try:
             n = len(ds)
-        except TypeError:
+        except TypeError:  # an iterable dataset has no length
             n = None
+        except Exception as exc:  # noqa: BLE001 - the dataset's own __len__ failed (or returned < 0)
+            raise UserCodeError("len() of the workload's dataset", exc) from exc
         if n is not None and n < self.batch_size:
             raise UserError(
                 f"Workload {self.name!r}: the dataset yields {n} sample(s), fewer than one batch of "
                 f"{self.batch_size}; give a dataset with at least batch_size samples."
             )
         return ds
+
+
+def _short(value: Any) -> str:
+    """A value's repr for a message, cut to a line."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _dataset_like(ds: Any) -> bool:
+    """What a DataLoader can draw samples from: a map-style or an iterable dataset."""
+    if ds is None or isinstance(ds, (str, bytes, int, float, bool)):
+        return False
+    if isinstance(ds, torch.utils.data.Dataset):
+        return True
+    return (hasattr(ds, "__getitem__") and hasattr(ds, "__len__")) or hasattr(ds, "__iter__")
 
 
 def has_conv(model: torch.nn.Module) -> bool:
@@ -84,8 +137,17 @@ def facts(workload: Workload) -> dict[str, bool]:
 def load_module_from_file(path: Path, target: str):
     """Import a workload file once; its folder is on `sys.path` only while it imports
     (so it can import its neighbours) and `sys.path` is left as it was."""
+    if path.is_dir():
+        raise UserError(f"target {target!r}: {str(path)!r} is a folder, not a Python file; "
+                        "give the path of the .py file that defines `workload()`.")
     if not path.is_file():
         raise UserError(f"target {target!r}: file {str(path)!r} does not exist; give a path to a Python file that defines `workload()`.")
+    if path.suffix != ".py":
+        raise UserError(f"target {target!r}: {str(path)!r} is not a Python file (its name does not end in .py); "
+                        "give the .py file that defines `workload()`.")
+    if not os.access(path, os.R_OK):
+        raise UserError(f"target {target!r}: file {str(path)!r} cannot be read (permission denied); "
+                        "give a file you can read.")
     mod_name = f"_autotune_target_{abs(hash(str(path.resolve())))}"
     if mod_name in sys.modules:
         return sys.modules[mod_name]
@@ -104,25 +166,47 @@ def load_module_from_file(path: Path, target: str):
     return module
 
 
+def _import_module(name: str, target: str):
+    """Import `package.module`; a module that is not there is bad input, anything its own
+    code raises while importing is an error in the user's code (with their traceback)."""
+    if not all(part.isidentifier() for part in name.split(".")):
+        raise UserError(
+            f"target {target!r}: {name!r} is neither a .py file nor a module name; write a path to a file "
+            "(file.py, ./file.py:func) or an absolute dotted module name (package.module:func; "
+            "relative names like .module are not supported)."
+        )
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+            raise UserError(
+                f"target {target!r}: no module named {exc.name!r}; give a file path ending in .py "
+                "or an importable module (package.module:func)."
+            ) from None
+        raise UserCodeError(f"importing {name}", exc) from exc
+    except (UserError, UserCodeError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - the module's own code failed while importing
+        raise UserCodeError(f"importing {name}", exc) from exc
+
+
 def load_workload(target: str) -> Workload:
     """Import the target and call its function; the result must be a `Workload`."""
     target = str(target)
     path_part, sep, func_name = target.rpartition(":") if ":" in target else (target, "", "")
+    if sep and not func_name.strip():
+        raise UserError(f"target {target!r} has nothing after the colon; write file.py:func or package.module:func, "
+                        "or leave out the colon to call `workload()`.")
+    if sep and not func_name.isidentifier():
+        raise UserError(f"target {target!r}: {func_name!r} after the colon is not a Python function name; "
+                        "write file.py:func or package.module:func.")
     func_name = func_name or "workload"
     if path_part.endswith(".py") or "/" in path_part or Path(path_part).suffix == ".py":
         module = load_module_from_file(Path(path_part), target)
     else:
         if not path_part:
             raise UserError(f"target {target!r} is empty: write file.py, file.py:func or package.module:func.")
-        try:
-            module = importlib.import_module(path_part)
-        except ModuleNotFoundError as exc:
-            if exc.name and path_part.startswith(exc.name):
-                raise UserError(
-                    f"target {target!r}: no module named {exc.name!r}; give a file path ending in .py "
-                    "or an importable module (package.module:func)."
-                ) from None
-            raise UserError(f"target {target!r}: importing it failed: {exc}") from None
+        module = _import_module(path_part, target)
     fn = getattr(module, func_name, None)
     if fn is None or not callable(fn):
         raise UserError(

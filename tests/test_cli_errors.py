@@ -259,6 +259,27 @@ def test_profile_succeeds_and_writes_json(capsys, tmp_path, good):
     assert doc["diagnosis"]["bottleneck"]
 
 
+def test_trace_and_json_written_across_filesystems(capsys, tmp_path, good):
+    """The temporary file of an atomic write sits beside its target, so a target on another
+    filesystem (here tmpfs) than the temp folder still gets written."""
+    import os
+    import shutil
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on a filesystem of its own")
+    folder = shm / f"autotune-test-{os.getpid()}"
+    try:
+        code, _, err = run_cli(capsys, "profile", good, *FAST, "--trace", folder / "trace.json",
+                                 "--json", folder / "profile.json")
+        assert code == 0, err
+        assert json.loads((folder / "trace.json").read_text())["traceEvents"]
+        assert json.loads((folder / "profile.json").read_text())["workload"] == "tiny"
+        assert sorted(p.name for p in folder.iterdir()) == ["profile.json", "trace.json"], "no temporary file left"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 # --- as a real process -------------------------------------------------------------------
 
 
@@ -271,3 +292,128 @@ def test_module_entry_point_missing_target_has_no_traceback(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "does not exist" in proc.stderr and str(missing) in proc.stderr
+
+
+# --- user text is never markup -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["m[/x]", "[bold red]x[/]", "[link=https://e.org]x", ":thumbs_up: x\\"])
+def test_workload_names_are_printed_literally(capsys, tmp_path, name):
+    path = write(tmp_path, "named.py", f"def workload():\n    return make(name={name!r})\n")
+    code, out, err = run_cli(capsys, "profile", path, *FAST)
+    assert code == 0, err
+    assert f"{name} on cpu" in out, out
+
+
+def test_recipe_text_is_printed_literally(capsys, tmp_path):
+    (tmp_path / "r.yaml").write_text(
+        "name: '[bold]mine[/]'\nsummary: '[link=x]'\ntargets: [input]\ncost: 1\n"
+        "knobs: {data.num_workers: {choices: [1]}}\ntradeoffs: 'costs [/] and [red]more'\n")
+    code, out, err = run_cli(capsys, "recipes", "--recipes", tmp_path)
+    assert code == 0, err
+    assert "[link=x]" in out and "[bold]mine[/]" in out and "costs [/] and [red]more" in out
+
+
+def test_exception_message_with_brackets_is_shown_literally(capsys, tmp_path):
+    path = write(tmp_path, "brackets.py", """
+        class Broken(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 3)
+
+            def forward(self, x):
+                raise ValueError("bad [/x] shape [bold]y[/]")
+
+
+        def workload():
+            return make(model=Broken)
+    """)
+    code, _, err = run_cli(capsys, "profile", path, *FAST)
+    assert code == 2 and "ValueError: bad [/x] shape [bold]y[/]" in err, err
+
+
+def _hostile_report():
+    from test_report import make_report
+
+    r = make_report().model_copy(deep=True)
+    r.workload = "m[/x] | `x` # <script>"
+    r.stop_reason = "# stopped [link=x]\n- not a list | pipe"
+    rec = r.recommendations[0]
+    rec.recipe = "evil|recipe\n  num_workers: 99  # [bold]x[/]"
+    rec.reason = "why [/] | `tick`"
+    rec.snippet = "print('```')\n```\n# not a heading"
+    r.recommendations[1].reason = "rejected [red]x[/] |"
+    r.steps[0].recipe = rec.recipe
+    r.steps[0].trials[4].reason = "[/x] out of memory | `x`"
+    r.diagnosis.reason = "[bold]x[/] | <b>"
+    return r
+
+
+def test_terminal_output_of_a_run_shows_user_text_literally():
+    from rich.progress import Progress
+
+    from autotune.report.terminal import Display, console, print_tune_summary, progress
+
+    r = _hostile_report()
+    with console.capture() as cap:
+        print_tune_summary(r, "runs/[bold]out")
+        with progress() as prog:
+            shown = Display(prog)
+            shown.phase("[/x] phase")
+            shown.recipe(1, r.steps[0].recipe, 3)
+            for t in r.steps[0].trials:
+                shown.trial(t)
+            (task,) = prog.tasks
+            assert task.description == f"round 1: {r.steps[0].recipe}"
+            shown.decision("[bold]r[/]", False, "reason [/x] [link=y]")
+        with Progress(console=console) as markup:  # rich's default columns read markup: escaped there
+            Display(markup).recipe(2, "m[/x]", 1)
+            assert markup.tasks[0].description == "m\\[/x]".replace("m", "round 2: m", 1)
+    text = cap.get()
+    for literal in ("m[/x] | `x` # <script>", "# stopped [link=x]", "[red]x[/] |", "[bold]r[/]: ",
+                    "reason [/x] [link=y]", "[bold]x[/] | <b>", "runs/[bold]out/tuned.yaml"):
+        assert literal in text, (literal, text)
+
+
+def _cells(line: str) -> int:
+    """The cells of a Markdown table row: `|` not escaped by a backslash separate them."""
+    return sum(1 for i, ch in enumerate(line) if ch == "|" and (i == 0 or line[i - 1] != "\\")) - 1
+
+
+def test_markdown_escapes_user_text(tmp_path):
+    from autotune.report import render_html, render_markdown
+
+    r = _hostile_report()
+    md = render_markdown(r)
+    lines = md.splitlines()
+    assert lines[0] == r"# autotune report: m\[/x\] \| \`x\` \# \<script\>"
+    width = None
+    for line in lines:  # every row of every table has as many cells as its header
+        if line.startswith("|"):
+            if width is None:
+                width = _cells(line)
+            assert _cells(line) == width, line
+        else:
+            width = None
+    fence = next(x for x in lines if x.startswith("```") and x.endswith("python"))
+    at = lines.index(fence)  # a fence longer than the snippet's own: its lines stay code
+    assert fence == "````python" and lines[at + 1:at + 5] == ["print('```')", "```", "# not a heading", "````"]
+    stop = lines[lines.index("## Stop reason") + 2]
+    assert stop.startswith(r"\# stopped \[link=x\]") and "\n- not a list" not in md
+    assert "evil\\|recipe" in md and "[bold]" not in md
+    page = render_html(r)
+    assert "<script>" not in page and "&lt;script&gt;" in page and "[bold]x[/] | &lt;b&gt;" in page
+
+
+def test_tuned_yaml_comments_survive_hostile_reasons(tmp_path):
+    import yaml
+
+    from autotune.config import from_dict, from_flat
+    from autotune.report import write_tuned_config
+
+    r = _hostile_report()
+    path = write_tuned_config(r, tmp_path)
+    loaded = from_dict(yaml.safe_load(path.read_text()))
+    assert loaded == from_flat(r.final_config)
+    line = next(x for x in path.read_text().splitlines() if x.strip().startswith("num_workers:"))
+    assert line.startswith("  num_workers: 8  # ") and "[bold]x[/]" in line

@@ -87,7 +87,8 @@ def _box(color: str) -> str:
 
 def _nice_ticks(hi: float, n: int = 5) -> list[float]:
     """Round tick values from 0 to at least `hi`."""
-    hi = hi if hi > 0 else 1.0
+    # A report may hold any finite number: keep the scale where floats can still be stepped.
+    hi = min(max(hi, 1e-9), 1e300) if math.isfinite(hi) and hi > 0 else 1.0
     raw = hi / n
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw * (1 - 1e-9))

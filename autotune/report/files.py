@@ -8,6 +8,7 @@ back (for `autotune report DIR`) with errors that say how to get a good one.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -97,10 +98,33 @@ def write_tuned_config(report: Report, out_dir: str | Path) -> Path:
 
 def _validation_text(exc: ValidationError) -> str:
     errors = exc.errors()
-    shown = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'top level'}: {err['msg']}"
+    shown = "; ".join(f"{'.'.join(str(p)[:60] for p in err['loc']) or 'top level'}: {err['msg'][:200]}"
                       for err in errors[:_SHOWN_ERRORS])
     more = f"; and {len(errors) - _SHOWN_ERRORS} more" if len(errors) > _SHOWN_ERRORS else ""
     return f"{len(errors)} error(s): {shown}{more}"
+
+
+_MAX_INT = 2**63  # report.json holds counts and byte sizes: a bigger integer is not from autotune
+
+
+def _refuse_constant(name: str) -> float:
+    """`NaN`, `Infinity` and `-Infinity` are not JSON, and autotune writes non-finite numbers as null."""
+    raise ValueError(f"{name} is not a JSON number (autotune writes a number that is not finite as null)")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > 19 or abs(int(text)) >= _MAX_INT:
+        shown = text if len(text) <= 24 else f"{text[:12]}...({len(text)} digits)"
+        raise ValueError(f"the integer {shown} is too large for an autotune report (at most 2**63)")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        shown = text if len(text) <= 24 else f"{text[:12]}...({len(text)} characters)"
+        raise ValueError(f"the number {shown} is out of the range of a float")
+    return value
 
 
 def load_report(folder: str | Path) -> Report:
@@ -122,12 +146,22 @@ def load_report(folder: str | Path) -> Report:
     if not folder.is_dir():
         raise UserError(f"{folder} is not a folder: run `autotune tune TARGET --out {folder}` first, "
                         f"then `autotune report {folder}`.")
+    if path.is_dir():
+        raise UserError(f"{path} is a folder, not the report file: {again}.")
     if not path.is_file():
         raise UserError(f"{path} does not exist, so there is nothing to render: {again}.")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant, parse_int=_bounded_int,
+                          parse_float=_finite_float)
+    except RecursionError:
+        raise UserError(f"{path} nests deeper than an autotune report ever does, so it is not one: {again}.") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UserError(f"{path} cannot be read as JSON ({exc}): {again}.") from None
+        raise UserError(f"{path} cannot be read as JSON ({str(exc)[:300]}): {again}.") from None
+    try:  # text autotune can write back out: no lone surrogates (from \ud800 escapes)
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError, ValueError):
+        raise UserError(f"{path} holds text that is not valid Unicode (a lone surrogate escape such as \\ud800), "
+                        f"so it is not an autotune report: {again}.") from None
     if not isinstance(data, dict):
         raise UserError(f"{path} holds a JSON {type(data).__name__}, not an autotune report: {again}.")
     try:
@@ -151,7 +185,11 @@ def rerender(folder: str | Path) -> list[Path]:
     folder = Path(folder)
     report = load_report(folder)
     paths = [folder / "report.md", folder / "report.html"]
-    atomic.write_text(paths[0], render_markdown(report))
-    atomic.write_text(paths[1], render_html(report))
+    for path, text in zip(paths, (render_markdown(report), render_html(report))):
+        try:
+            atomic.write_text(path, text)
+        except OSError as exc:
+            raise UserError(f"{path} cannot be written ({exc.strerror or exc}); make {folder} writable "
+                            f"(and {path.name} a file, not a folder), then run `autotune report {folder}` again.") from None
     return paths
 

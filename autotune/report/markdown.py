@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from autotune.record import Report, Verdict
@@ -12,14 +13,57 @@ from .tables import (
     recommendation_table, run_table, stage_table, step_title, step_verdict, trial_table,
 )
 
-__all__ = ["render_markdown"]
+__all__ = ["md_code", "md_fence", "md_text", "render_markdown"]
+
+
+_SPECIAL = re.compile(r"([\\`*\[\]<>|~])")  # backslash-escaped wherever they appear
+_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")  # emphasis; snake_case is left alone
+_ENTITY = re.compile(r"&(?=#?\w+;)")  # `&lt;` would render as `<`
+
+
+def md_text(text: Any, block: bool = False) -> str:
+    """Text from the report (names, reasons, messages) as Markdown that renders as that text.
+
+    Args:
+        text: Anything; its `str` is used, with every line break made a space.
+        block: The text starts a line (a paragraph): a leading `#`, `>`, `-`, `+`, `=` or
+            `1.` is escaped too, so it cannot become a heading, quote, list or rule.
+
+    Returns:
+        The text with Markdown's punctuation (`\\ ` * [ ] < > | ~ #`, emphasis `_`, and
+        entities) escaped.
+    """
+    out = " ".join(str(text).splitlines())
+    out = _SPECIAL.sub(r"\\\1", out)
+    out = _UNDERSCORE.sub(r"\\_", out)
+    out = _ENTITY.sub(r"\\&", out).replace("#", "\\#")
+    if block:  # no indented code block, heading, quote, list or rule at the start of the line
+        out = out.lstrip()
+        out = "\\" + out if out[:1] in (">", "+", "-", "=") else re.sub(r"^(\d+)([.)])", r"\1\\\2", out)
+    return out
+
+
+def md_code(text: Any) -> str:
+    """Text as an inline code span that survives a table: a fence longer than any run of
+    backticks inside, `|` escaped (GFM splits cells before it reads code), one line."""
+    body = " ".join(str(text).splitlines()).replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") or not body.strip() else ""
+    return f"{fence}{pad}{body}{pad}{fence}"
+
+
+def md_fence(text: str, lang: str = "") -> list[str]:
+    """A fenced code block whose fence no line of `text` can close."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"{fence}{lang}", text, fence]
 
 
 def _md_cell(c: Any) -> str:
     if isinstance(c, list):
         return "<br>".join(_md_cell(x) for x in c)
-    text = str(c).replace("|", "\\|").replace("\n", " ")
-    return f"`{text}`" if isinstance(c, Code) else text
+    return md_code(c) if isinstance(c, Code) else md_text(c)
 
 
 def _md_table(table: Table) -> str:
@@ -34,23 +78,23 @@ def _md_table(table: Table) -> str:
 def _md_diagnosis(title: str, verdict: Verdict | None) -> list[str]:
     if verdict is None:
         return [f"### {title}", "", f"_{NOT_RECORDED}_", ""]
-    return [f"### {title}", "", f"**{verdict.bottleneck.value}**: {verdict.reason or 'no reason given'}. "
-            f"Slowest stage: {verdict.slowest_stage or '?'}.", "", _md_table(waste_table(verdict)), "",
+    return [f"### {title}", "", f"**{verdict.bottleneck.value}**: {md_text(verdict.reason or 'no reason given')}. "
+            f"Slowest stage: {md_text(verdict.slowest_stage or '?')}.", "", _md_table(waste_table(verdict)), "",
             _md_table(evidence_table(verdict)), ""]
 
 
 def _md_head(report: Report) -> list[str]:
-    out = [f"# autotune report: {report.workload or 'unnamed workload'}", "", f"**{headline(report)}**", ""]
+    out = [f"# autotune report: {md_text(report.workload or 'unnamed workload')}", "", f"**{md_text(headline(report))}**", ""]
     if missing := report.missing():
-        out += [f"> **This run is incomplete.** Not recorded: {'; '.join(missing)}.", ""]
+        out += [f"> **This run is incomplete.** Not recorded: {md_text('; '.join(missing))}.", ""]
     return out
 
 
 def _md_measurements(report: Report) -> list[str]:
     return ["## Run", "", _md_table(run_table(report)), "", "## Measurement protocol", "",
-            _md_table(protocol_table(report)), "", "## Noise", "", noise_text(report), "",
+            _md_table(protocol_table(report)), "", "## Noise", "", md_text(noise_text(report), block=True), "",
             "## Baseline and final", "", "Speedup (final over baseline, measured interleaved): "
-            f"{fmt_speedup(report.speedup)}.", "", _md_table(comparison_table(report)), "",
+            f"{md_text(fmt_speedup(report.speedup))}.", "", _md_table(comparison_table(report)), "",
             "### Stages of one step", "", _md_table(stage_table(report)), ""]
 
 
@@ -59,7 +103,7 @@ def _md_recommendations(report: Report) -> list[str]:
            _md_table(recommendation_table(report)), ""]
     for i, r in enumerate(report.recommendations, 1):
         if r.accepted and r.snippet:
-            out += [f"### {i}. {r.recipe} ({fmt_ratio(r.speedup)})", "", "```python", r.snippet.rstrip(), "```", ""]
+            out += [f"### {i}. {md_text(r.recipe)} ({fmt_ratio(r.speedup)})", "", *md_fence(r.snippet.rstrip(), "python"), ""]
     return out
 
 
@@ -68,8 +112,8 @@ def _md_steps(report: Report) -> list[str]:
     if not report.steps:
         out += ["_No recipe was tried._", ""]
     for step in report.steps:
-        out += [f"### {step_title(step)}", "", step_verdict(step) + ".", ""]
-        out += [f"- range grown: {note}" for note in step.grown] + ([""] if step.grown else [])
+        out += [f"### {md_text(step_title(step))}", "", md_text(step_verdict(step), block=True) + ".", ""]
+        out += [f"- range grown: {md_text(note)}" for note in step.grown] + ([""] if step.grown else [])
         out += [_md_table(trial_table(step)), ""]
     return out
 
@@ -88,5 +132,6 @@ def render_markdown(report: Report) -> str:
     out += _md_diagnosis("Before tuning", report.initial_diagnosis)
     out += _md_diagnosis("After tuning", report.diagnosis)
     out += _md_recommendations(report) + _md_steps(report)
-    out += ["## Stop reason", "", report.stop_reason or NOT_RECORDED, "", "## Budget", "", budget_text(report), ""]
+    out += ["## Stop reason", "", md_text(report.stop_reason or NOT_RECORDED, block=True), "", "## Budget", "",
+            md_text(budget_text(report), block=True), ""]
     return "\n".join(out)

@@ -1,5 +1,10 @@
 """Rich output for the terminal: measurements, stage bars, verdicts, recipe tables, the
-summary of a tuning run, and the live progress display the agent reports to."""
+summary of a tuning run, and the live progress display the agent reports to.
+
+Rich reads markup (`[bold]`, `[link=...]`) in every printed string and every table cell:
+text that comes from the user (workload and recipe names, recipe summaries, exception
+messages, paths) always passes through `escape`, and the progress bar's description and
+note columns are not markup at all. Emoji codes (`:smile:`) are never replaced."""
 
 from __future__ import annotations
 
@@ -27,15 +32,18 @@ __all__ = [
 ]
 
 # Piped or captured output gets 120 columns rather than rich's 80, so tables stay readable.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 120)
 _COLORS = {"data": "red", "h2d": "magenta", "forward": "cyan", "backward": "blue", "optimizer": "green", "other": "white"}
 
 
 def progress() -> Progress:
-    """A transient progress bar: description, bar, i/N, a note, elapsed and remaining time."""
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                    TextColumn("{task.fields[note]}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-                    transient=True)
+    """A transient progress bar: description, bar, i/N, a note, elapsed and remaining time.
+
+    The description and the note are plain text, never markup: they hold workload and
+    recipe names and failure reasons."""
+    return Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
+                    TextColumn("{task.completed}/{task.total}"), TextColumn("{task.fields[note]}", markup=False),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True)
 
 
 def _ms(seconds: float | None) -> str:
@@ -52,7 +60,7 @@ def stage_table(summary: Summary, title: str = "Stages of one step") -> Table:
         if v is None:
             continue
         share = number(v.share) or 0.0
-        t.add_row(s, _ms(v.s), f"{share:.1%}", f"[{_COLORS.get(s, 'white')}]{'█' * round(40 * share)}[/]")
+        t.add_row(escape(s), _ms(v.s), f"{share:.1%}", f"[{_COLORS.get(s, 'white')}]{'█' * round(40 * share)}[/]")
     return t
 
 
@@ -65,14 +73,15 @@ def measurement_lines(summary: Summary) -> list[str]:
         f"step median {_ms(st.median)} ms, p90 {_ms(st.p90)} ms",
         f"windows (samples/s): {wins}   spread (CV) {summary.window_cv:.1%}",
         f"peak memory {format_bytes(summary.peak_memory_bytes)} (tensors)   peak RSS {format_bytes(summary.peak_rss_bytes)}",
-        "one-time: " + ", ".join(f"{k} {v:.3f} s" for k, v in summary.one_time.items()),
+        "one-time: " + escape(", ".join(f"{k} {v:.3f} s" for k, v in summary.one_time.items())),
     ]
 
 
 def verdict_lines(v: Verdict) -> list[str]:
     """The bottleneck with its reason and slowest stage, then the evidence."""
     ev = {k: x for k, x in v.evidence.items() if k != "stage_shares" and x is not None}
-    lines = [f"Bottleneck: [bold yellow]{v.bottleneck.value}[/]  ({escape(v.reason)}); slowest stage: {v.slowest_stage}"]
+    lines = [(f"Bottleneck: [bold yellow]{v.bottleneck.value}[/]  ({escape(v.reason)}); "
+              f"slowest stage: {escape(str(v.slowest_stage))}")]
     for i, w in enumerate(v.wastes, 1):
         bound = "" if w.max_gain is None else f", a fix gains at most {w.max_gain:.2f}x"
         lines.append(f"  {i}. {w.cls.value}: {w.share:.1%} of the step{bound} ({escape(w.reason)})")
@@ -88,7 +97,7 @@ def recipe_table(recipes: Sequence[Recipe], device: str | None = None, facts: di
         t.add_column(c, overflow="fold")
     for r in recipes:
         ok, why = r.applies(device, facts or {}) if device else (True, "")
-        t.add_row(str(r.cost), r.name, ", ".join(b.value for b in r.targets), "\n".join(k.key for k in r.knobs),
+        t.add_row(str(r.cost), escape(r.name), ", ".join(b.value for b in r.targets), escape("\n".join(k.key for k in r.knobs)),
                   ("yes" if ok else f"no: {escape(why)}") if device else ", ".join(r.devices), escape(r.summary))
     return t
 
@@ -108,7 +117,7 @@ def print_profile(workload: str, device: str, batch_size: int, summary: Summary,
         advice: What to do when no recipe matches.
     """
     c = console
-    c.print(f"[bold]{escape(workload)}[/] on {device}, batch {batch_size}, default config")
+    c.print(f"[bold]{escape(workload)}[/] on {escape(device)}, batch {batch_size}, default config")
     for line in measurement_lines(summary):
         c.print(line)
     c.print(stage_table(summary))
@@ -149,7 +158,7 @@ def print_tune_summary(report: Report, out: str | Path) -> None:
     c = console
     base = report.baseline.samples_per_s if report.baseline is not None else None
     final = report.final.samples_per_s if report.final is not None else None
-    c.print(f"\n[bold]{escape(report.workload)}[/] on {report.device}: "
+    c.print(f"\n[bold]{escape(report.workload)}[/] on {escape(report.device)}: "
             f"baseline {_rate(base)} samples/s -> final {_rate(final)} samples/s")
     sp = report.speedup
     if sp is not None and sp.measured and number(sp.ratio):
@@ -164,7 +173,7 @@ def print_tune_summary(report: Report, out: str | Path) -> None:
     b = report.budget
     if b is not None:
         c.print(f"trials used {b.trials_used} of {b.trials_limit}, wall {b.wall_s:.0f} s")
-    c.print(f"wrote {out}/tuned.yaml, report.json, report.md, report.html")
+    c.print(f"wrote {escape(str(out))}/tuned.yaml, report.json, report.md, report.html")
 
 
 class Display:
@@ -181,11 +190,18 @@ class Display:
         self.prog = prog
         self.task: TaskID | None = None
         self.best: float | None = None
+        # `progress()` shows descriptions and notes as plain text; a Progress whose columns
+        # read them as markup gets them escaped instead.
+        self._markup = {field: any(isinstance(c, TextColumn) and c.markup and field in c.text_format for c in prog.columns)
+                        for field in ("task.description", "task.fields[note]")}
+
+    def _plain(self, text: str, field: str) -> str:
+        return escape(text) if self._markup[field] else text
 
     def _start(self, label: str, total: int | None) -> None:
         if self.task is not None:
             self.prog.remove_task(self.task)
-        self.task = self.prog.add_task(escape(label), total=total, note="")
+        self.task = self.prog.add_task(self._plain(label, "task.description"), total=total, note="")
 
     def phase(self, name: str) -> None:
         """A measurement phase began: a task without a known length."""
@@ -204,7 +220,7 @@ class Display:
         if v is not None and (self.best is None or v > self.best):
             self.best = v
         note = f"best {self.best:.0f} samples/s" if self.best else (trial.reason or "")[:60]
-        self.prog.update(self.task, advance=1, note=escape(note))
+        self.prog.update(self.task, advance=1, note=self._plain(" ".join(note.split()), "task.fields[note]"))
 
     def decision(self, recipe: str, accepted: bool, reason: str) -> None:
         """A candidate was accepted or rejected: print it above the bar."""
