@@ -27,7 +27,7 @@ from .identity import Resume, choose_study, fingerprint, fingerprint_id
 from .lock import Lease
 from .plan import Attempts, joint_memory_recipe, rank, stop_reason
 from .recipes import Recipe
-from .record import Bottleneck, Budget, Comparison, Noise, Ratio, Recommendation, Report, Step, StudyRef, Summary
+from .record import Bottleneck, Budget, FailureKind, Comparison, Noise, Ratio, Recommendation, Report, Step, StudyRef, Summary
 from .rounds import Context, State, play
 from .runner import TrialRunner
 from .search import Constraints, quiet_optuna
@@ -183,9 +183,12 @@ class Agent:
         try:
             return self.runner.measure(config)
         except TrialFailed as exc:
+            # The user's own traceback helps; autotune's does not (a bad input names itself).
+            detail = f"\n{exc.detail}" if exc.kind in (FailureKind.USER_CODE, FailureKind.CRASH) and exc.detail else ""
             raise UserError(
                 f"the baseline (default config) of workload {self.runner.workload.name!r} could not be measured: "
-                f"{exc.kind.value}: {exc.reason}. Fix the workload so that `autotune profile` runs, then tune.\n{exc.detail}"
+                f"{exc.kind.value}: {exc.reason.rstrip('.')}. Fix the workload so that `autotune profile` runs, "
+                f"then tune.{detail}"
             ) from None
 
     def _header(self) -> Report:

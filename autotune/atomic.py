@@ -15,6 +15,9 @@ def write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as an ordinary file would be, not mkstemp's owner-only
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

@@ -172,7 +172,9 @@ def profile(args: argparse.Namespace) -> int:
 
 def tune(args: argparse.Namespace) -> int:
     from .agent import Agent, Settings
-    from .errors import EXIT_INTERRUPTED
+    from .faults import checkpoint
+    from .identity import Resume
+    from .lock import FolderLock
     from .loop import resolve_device
     from .recipes import load_recipes, select
     from .report import terminal, write_reports, write_tuned_config
@@ -192,27 +194,48 @@ def tune(args: argparse.Namespace) -> int:
     protocol = _protocol(args)
     workload = load_workload(args.target)
     url = storage_url(args.storage, out)
-    storage = open_storage(url)
-    runner = Runner(workload, args.target, device, protocol, isolate=not args.in_process, timeout_s=timeout)
-    agent = Agent(runner, recipes, storage, args.study or study_name(workload.name),
-                  Settings(args.trials, budget, limit, args.seed, only), facts(workload), storage_label=redact(url))
-    code = 0
-    with terminal.progress() as prog:
+    with FolderLock(out):  # one run per output folder: two would measure on the same cores
+        storage = open_storage(url)
+        runner = Runner(workload, args.target, device, protocol, isolate=not args.in_process, timeout_s=timeout)
+        agent = Agent(runner, recipes, storage, args.study or study_name(workload.name),
+                      Settings(args.trials, budget, limit, args.seed, only, Resume(args.resume)), facts(workload),
+                      storage_label=redact(url))
+        if agent.study_note:
+            terminal.console.print(terminal.escape(agent.study_note))
+        code, failure = _run_agent(agent, terminal)
+        report = agent.report
+        if report.baseline is None:
+            terminal.console.print("stopped before the baseline was measured: nothing to report")
+        else:
+            checkpoint("report")
+            write_reports(report, out)
+            write_tuned_config(report, out)
+            terminal.print_tune_summary(report, out)
+    if failure is not None:
+        raise failure  # after the report: the CLI turns it into its exit code and message
+    return code
+
+
+def _run_agent(agent, terminal) -> tuple[int, BaseException | None]:
+    """Run the loop; every way it can end leaves a report (marked partial, with why)."""
+    from .errors import EXIT_INTERRUPTED
+    from .shutdown import Stopped, stop_on_signals
+
+    resume = "the report holds what was measured; rerun the same command to resume"
+    with terminal.progress() as prog, stop_on_signals():
         agent.events = terminal.Display(prog)
         try:
             agent.run()
+            return 0, None
         except KeyboardInterrupt:
-            agent.report.stop_reason = ("interrupted (Ctrl-C): the report holds what was measured; "
-                                        "rerun the same command to resume")
-            code = EXIT_INTERRUPTED
-    report = agent.report
-    if report.baseline is None:
-        terminal.console.print("interrupted before the baseline was measured: nothing to report")
-        return code
-    write_reports(report, out)
-    write_tuned_config(report, out)
-    terminal.print_tune_summary(report, out)
-    return code
+            agent.report.stop_reason = f"interrupted (Ctrl-C): {resume}"
+            return EXIT_INTERRUPTED, None
+        except Stopped as exc:
+            agent.report.stop_reason = f"stopped by {exc.name}: {resume}"
+            return exc.exit_code, None
+        except Exception as exc:  # noqa: BLE001 - reported after the partial report is written
+            agent.report.stop_reason = f"failed ({type(exc).__name__}: {str(exc)[:300]}): {resume}"
+            return 1, exc
 
 
 def train(args: argparse.Namespace) -> int:
@@ -313,6 +336,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--recipes", help="folder of extra or overriding recipe files")
     t.add_argument("--only", help="comma-separated recipe names to consider (default all)")
     t.add_argument("--in-process", action="store_true", help="run trials in this process (faster, no crash isolation)")
+    t.add_argument("--resume", choices=("auto", "strict", "new"), default="auto",
+                   help="auto: resume the study when this run's fingerprint (target, protocol, device, cores, memory "
+                        "limit, recipes, versions) matches, else use a study of its own; strict: refuse when it "
+                        "differs; new: always start afresh (default auto)")
     t.add_argument("--trial-timeout", default="10m", help="a trial taking longer fails as hung (default 10m)")
     r = cmds["train"]
     r.add_argument("--config", required=True, help="a tuned.yaml written by autotune tune")

@@ -21,6 +21,7 @@ from . import signals
 from .clock import STAGES, clock_for
 from .config import TrainConfig
 from .errors import UserError, call_user
+from .faults import checkpoint
 from .loop import Trainer
 from .record import ProtocolRecord, Signals, StageTime, StepTime, Summary
 from .workload import Workload
@@ -176,6 +177,7 @@ class Session:
 
     def window(self) -> Window:
         """One protocol window: fresh iterator, warm-up, measured steps."""
+        checkpoint("window")
         warmup, steps = self.protocol.plan(self.trainer.in_flight)
         torch.set_num_threads(self.trainer.threads)  # another session may share this process
         epoch_start = self._open_stream()
