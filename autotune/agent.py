@@ -195,6 +195,7 @@ class Agent:
         dev = self.runner.device
         return Report(
             autotune_version=__version__, workload=self.runner.workload.name, target=self.runner.target,
+            batch_size=self.runner.workload.batch_size,
             device=dev.type, memory_limit_bytes=self.settings.memory_limit,
             machine=machine.describe(dev),
             protocol=self.runner.protocol.describe(),

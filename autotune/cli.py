@@ -20,6 +20,7 @@ EXAMPLES = {
     "train": "examples:\n  autotune train examples/input_bound.py --config runs/input/tuned.yaml --steps 200",
     "recipes": "examples:\n  autotune recipes\n  autotune recipes --recipes my_recipes/",
     "report": "examples:\n  autotune report runs/input\n  autotune report --schema > report.schema.json",
+    "export": "examples:\n  autotune export runs/input --to hf --batch-size 64\n  autotune export runs/input --to lightning --out tuned_lightning.py\n  autotune export runs/input --to accelerate --out accelerate.yaml",
 }
 TRAIN_WARMUP = 5  # steps before `autotune train`'s steady-state clock starts
 
@@ -287,12 +288,34 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
+def export(args: argparse.Namespace) -> int:
+    from .atomic import write_text
+    from .export import export as render
+    from .report import load_report
+
+    _check_flags(args)
+    if args.batch_size is not None:
+        _bounded(args.batch_size, "--batch-size", 1, 2**31 - 1, " (the workload's global batch size)")
+    out = _output_file(args.out, "--out", {}) if args.out else None
+    text = render(load_report(Path(args.dir)), args.to, args.batch_size)
+    if out is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        write_text(out, text)
+    except OSError as exc:
+        raise UserError(f"--out {args.out!r} cannot be written ({exc.strerror or exc}); give a writable file.") from None
+    print(f"wrote {out}")
+    return 0
+
+
 _COMMANDS = {
     "profile": (profile, "measure and diagnose a training step; changes nothing"),
     "tune": (tune, "the whole loop: diagnose, search fixes, keep what measurably helps"),
     "train": (train, "train with a config through the very loop that was measured"),
     "recipes": (recipes, "the recipe ladder, cheapest first, with what each targets"),
     "report": (report, "render the reports again from a tune output folder"),
+    "export": (export, "write the tuned config as Hugging Face, Lightning, accelerate or torchrun settings"),
 }
 
 
@@ -348,6 +371,13 @@ def _parser() -> argparse.ArgumentParser:
     cmds["recipes"].add_argument("--recipes", help="folder of extra or overriding recipe files")
     cmds["report"].add_argument("dir", nargs="?", help="a tune output folder")
     cmds["report"].add_argument("--schema", action="store_true", help="print the JSON schema of report.json and exit")
+    e = cmds["export"]
+    e.add_argument("dir", help="a tune output folder (holding report.json)")
+    e.add_argument("--to", required=True, choices=("yaml", "lightning", "hf", "accelerate", "torchrun"),
+                   help="the framework whose settings to write")
+    e.add_argument("--out", help="write to FILE (default: print)")
+    e.add_argument("--batch-size", type=int, help="the workload's global batch size; needed by hf, lightning and "
+                   "accelerate when the tuned config uses micro-batches (report.json does not record it)")
     return p
 
 

@@ -83,7 +83,7 @@ def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, 
             g = expected_gain(r, w)
             if g <= margin:
                 continue  # even the prior's best case would not clear the noise
-            score = math.inf if math.isinf(g) else math.log(g) / r.cost
+            score = math.inf if math.isinf(g) else math.log(g) / max(r.cost, 1)
             if best is None or score > best.score:
                 best = Choice(r, w.cls, g, score)
         if best is not None:

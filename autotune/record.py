@@ -271,6 +271,7 @@ class Report(Record):
     autotune_version: str
     workload: str
     target: str | None = None
+    batch_size: int | None = Field(None, description="The workload's global batch per optimizer step (never changed).")
     device: str
     memory_limit_bytes: int | None = None
     machine: Machine

@@ -133,6 +133,9 @@ def test_wheel_and_sdist_carry_the_recipes_and_a_fresh_install_lists_them(tmp_pa
     names = zipfile.ZipFile(wheel).namelist()
     assert sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("autotune/recipe_files/") and n.endswith(".yaml")) == recipes
     assert "autotune/report/report.schema.json" in names
+    shipped = {n.rsplit("/", 1)[0] for n in names if n.endswith(".py")}
+    source = {str(p.parent.relative_to(ROOT)) for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
+    assert source <= shipped, f"packages missing from the wheel: {sorted(source - shipped)}"
     assert not [n for n in names if n.startswith(("benchmarks/", "autotune/bench/"))], "the benchmark is not shipped"
     with tarfile.open(sdist) as tar:
         members = tar.getnames()
