@@ -132,11 +132,12 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, searches:
             if config.get(knob.key) != top:
                 continue
             limit = machine.growth_limit(knob.key, summary)
-            values = [v for v in (2 * top, 4 * top) if v <= limit]
+            values = sorted({min(v, limit) for v in (2 * top, 4 * top)} - {top})
+            values = [v for v in values if v > top]
             if not values:
-                out.append((0, f"{knob.key}: the best trial sits at the top ({top}) but a larger value would pass "
-                               f"the host's limit ({limit}); range not grown"))
-                break
+                out.append((0, f"{knob.key}: the best trial sits at the top ({top}), the host's limit "
+                               f"({limit}, from memory and open files per worker); range not grown"))
+                return out
             grow = RecipeSearch(ctx.storage, f"{name}-grow{i + 1}", {knob.key: values}, config, ctx.runner,
                                 ctx.constraints, ctx.seed)
             ran = grow.run(min(len(values) + 1, trials_left), deadline,

@@ -147,3 +147,14 @@ def test_a_candidate_within_noise_of_a_lucky_incumbent_is_compared(tmp_path):
     assert any(b["compile.mode"] != "none" for _, b in runner.interleaved)
     lucky = next(t for t in step.trials if t.number == 0)
     assert all(t.samples_per_s < lucky.samples_per_s for t in step.trials if t.number), "every compile trial read lower"
+
+
+def test_a_range_grows_only_up_to_the_hosts_limit_and_says_so_once(tmp_path, monkeypatch):
+    def speed(c):
+        return 100.0 * (1 + c.data.num_workers)
+
+    monkeypatch.setattr(machine, "growth_limit", lambda key, summary: 20)
+    r = run_agent(FakeRunner(speed, stages=lambda c: {"data": 0.9, "forward": 0.05, "backward": 0.05}), tmp_path)
+    step = r.steps[0]
+    assert r.final_config["data.num_workers"] == 20
+    assert sum("range not grown" in note for note in step.grown) == 1, step.grown
