@@ -178,7 +178,7 @@ def tune(args: argparse.Namespace) -> int:
     from .lock import FolderLock
     from .loop import resolve_device
     from .recipes import load_recipes, select
-    from .report import terminal, write_reports, write_tuned_config
+    from .report import terminal, write_outputs
     from .runner import Runner
     from .storage import open_storage, redact, storage_url, study_name
     from .units import parse_duration, parse_size
@@ -209,8 +209,7 @@ def tune(args: argparse.Namespace) -> int:
             terminal.console.print("stopped before the baseline was measured: nothing to report")
         else:
             checkpoint("report")
-            write_reports(report, out)
-            write_tuned_config(report, out)
+            write_outputs(report, out)
             terminal.print_tune_summary(report, out)
     if failure is not None:
         raise failure  # after the report: the CLI turns it into its exit code and message

@@ -120,3 +120,24 @@ def test_a_live_lease_on_the_study_refuses_a_second_run(tmp_path):
     assert first.run().complete  # its holder is gone: the lease is taken over
     assert json.dumps(ledger.user_attrs.get("lease")) == "null"
     assert os.getpid()
+
+
+def test_a_full_disk_while_writing_reports_leaves_the_previous_ones_intact(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from autotune.report import write_outputs
+
+    report = agent(FakeRunner(speed, stages=stages), tmp_path).run()
+    out = tmp_path / "out"
+    write_outputs(report, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    changed = report.model_copy(update={"stop_reason": "a newer run"})
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(UserError, match="No space left on device.*rerun the same command"):
+        write_outputs(changed, out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before, "no file changed, no temporary file left"

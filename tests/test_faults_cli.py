@@ -129,3 +129,22 @@ def test_a_second_run_on_the_same_folder_is_refused(example, tmp_path):
         first.kill()
         first.wait()
     assert finish(example, out)["complete"]  # the lock died with its holder
+
+
+def test_a_locked_database_is_a_clear_error(example, tmp_path):
+    import sqlite3
+
+    import optuna
+
+    db = tmp_path / "study.db"
+    url = f"sqlite:///{db}"
+    optuna.storages.RDBStorage(url)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another program holds the database
+    try:
+        proc = subprocess.run([sys.executable, "-m", "autotune", "tune", example("compute_bound"), "--out",
+                               str(tmp_path / "run"), "--storage", url, "--in-process", *FAST],
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        holder.close()
+    assert proc.returncode == 2 and "database is locked" in proc.stderr and "Traceback" not in proc.stderr

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from autotune.record import report_schema
 
-from .files import load_report, rerender, write_reports, write_tuned_config
+from .files import load_report, rerender, write_outputs, write_reports, write_tuned_config
 from .html import render_html
 from .markdown import render_markdown
 
 __all__ = [
-    "load_report", "render_html", "render_markdown", "report_schema", "rerender", "write_reports", "write_tuned_config",
+    "load_report", "render_html", "render_markdown", "report_schema", "rerender", "write_outputs", "write_reports",
+    "write_tuned_config",
 ]

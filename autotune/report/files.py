@@ -45,6 +45,20 @@ def write_reports(report: Report, out_dir: str | Path) -> list[Path]:
     return paths
 
 
+def write_outputs(report: Report, out_dir: str | Path) -> None:
+    """The three reports and `tuned.yaml`; a failed write (a full disk) leaves every file as
+    it was before (each write is atomic) and says so."""
+    try:
+        write_reports(report, out_dir)
+        write_tuned_config(report, out_dir)
+    except OSError as exc:
+        raise UserError(
+            f"the reports could not be written to {str(out_dir)!r} ({exc.strerror or exc}); the files there are "
+            "as they were before this write, and every measurement is kept in the study's storage: free the "
+            "space (or fix the folder) and rerun the same command, which resumes without measuring again."
+        ) from None
+
+
 def _key_description(key: str) -> str:
     """The `TrainConfig` field's description of a dotted key, or "" for an unknown key."""
     section, _, name = key.partition(".")
