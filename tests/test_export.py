@@ -319,3 +319,31 @@ def test_the_batch_size_recorded_in_the_report_is_used(report):
     assert kw["per_device_train_batch_size"] * kw["gradient_accumulation_steps"] == 32
     assert lightning_kwargs(recorded)["accumulate_grad_batches"] == kw["gradient_accumulation_steps"]
     assert hf_kwargs(recorded, 64)["gradient_accumulation_steps"] == 2 * kw["gradient_accumulation_steps"]  # flag wins
+
+
+def test_transformers_trainer_trains_with_the_exported_kwargs(report, tmp_path):
+    """Two optimizer steps of a tiny GPT-2 (built from a config) under the exported
+    TrainingArguments: the loader has the workers, the forward runs under bf16 autocast,
+    the model checkpoints its blocks, and each step accumulates the micro-batches."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    kwargs = {**hf_kwargs(report, BATCH), "torch_compile": False}  # compile is checked on the arguments above
+    kwargs.pop("torch_compile_mode", None)
+    config = transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2)
+    model = transformers.GPT2LMHeadModel(config)
+    seen = []
+    model.transformer.h[0].register_forward_hook(
+        lambda m, a, o: seen.append((torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))))
+    ids = torch.randint(0, 64, (BATCH * 2, 16), generator=torch.Generator().manual_seed(0))
+    data = [{"input_ids": x, "labels": x} for x in ids]
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_steps=2,
+                                          logging_strategy="no", save_strategy="no", **kwargs)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
+    assert trainer.get_train_dataloader().num_workers == 2
+    trainer.train()
+    assert model.is_gradient_checkpointing
+    assert seen and all(on and dtype == torch.bfloat16 for on, dtype in seen)
+    # 2 steps x 4 micro-batches of 8 (the global batch 32 kept): 8 forward passes of block 0
+    # (checkpointing reruns some in backward, so at least that many).
+    assert len(seen) >= 2 * args.gradient_accumulation_steps
