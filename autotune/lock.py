@@ -86,7 +86,9 @@ class Lease:
             holder = json.loads(held) if isinstance(held, str) else held
             me = _me()
             same_host = holder.get("host") == me["host"]
-            gone = (same_host and not _alive(int(holder.get("pid", 0)))) or \
+            # On this host the process table is the truth; elsewhere, a lease not renewed in time.
+            pid = int(holder.get("pid") or 0)
+            gone = (pid <= 0 or not _alive(pid)) if same_host else \
                 time.time() - float(holder.get("renewed", 0)) > self.ttl_s
             if not gone and not (same_host and holder.get("pid") == me["pid"]):
                 raise UserError(
@@ -98,4 +100,8 @@ class Lease:
         self.study.set_user_attr(self.KEY, {**_me(), "renewed": time.time()})
 
     def release(self) -> None:
-        self.study.set_user_attr(self.KEY, None)
+        """Give the lease back, unless another run has taken it over since."""
+        held = self.study.user_attrs.get(self.KEY) or {}
+        me = _me()
+        if not held or (held.get("host"), held.get("pid")) == (me["host"], me["pid"]):
+            self.study.set_user_attr(self.KEY, None)

@@ -10,6 +10,7 @@ first, a few at most) is re-measured in turns against it before anything is deci
 
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
 import time
@@ -73,6 +74,10 @@ def _key(config: dict[str, Any]) -> str:
     return repr(sorted(config.items()))
 
 
+def _digest(config: dict[str, Any]) -> str:
+    return hashlib.sha256(_key(config).encode()).hexdigest()[:8]
+
+
 @dataclass
 class Outcome:
     step: Step
@@ -85,7 +90,9 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
          trials_left: int, deadline: float | None) -> Outcome:
     """Search `recipe` from `state`, compare its candidates, accept at most one."""
     runner = ctx.runner
-    name = f"{ctx.study}/{round_no:02d}-{recipe.name}"
+    # The incumbent is part of the round's identity: a resumed run that reaches this round
+    # from another config searches a study of its own (Optuna's spaces cannot change).
+    name = f"{ctx.study}/{round_no:02d}-{recipe.name}-{_digest(state.config.flat())}"
     space = recipe.space(runner.device.type, machine.cores(), runner.workload.batch_size)
     search = RecipeSearch(ctx.storage, name, space, state.config, runner, ctx.constraints, ctx.seed,
                           each_knob_first=recipe.each_knob_first)
@@ -94,7 +101,7 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     searches = [search]
     ran = search.run(n, deadline, on_trial=lambda t: ctx.events.trial(trial_record(t)), cost_s=ctx.trial_cost())
     skipped = search.skipped
-    grown = _grow(ctx, name, recipe, target, searches, trials_left - len(search.finished()), deadline)
+    grown = _grow(ctx, name, recipe, target, state, searches, trials_left - len(search.finished()), deadline)
     ran += sum(s_ran for s_ran, _ in grown)
     trials = [t for s in searches for t in s.finished()]
     for t in trials:
@@ -107,28 +114,38 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
                 expected_gain=None if math.isinf(expected) else expected,
                 trials=[trial_record(t) for t in trials], before=Brief.of(state.summary),
                 grown=[note for _, note in grown if note])
-    ranked = sorted((t for s in searches for t in s.ranked()), key=lambda t: -t.value)
+    ranked, seen = [], set()
+    for t in sorted((t for s in searches for t in s.ranked()), key=lambda t: (-t.value, t.number)):
+        key = _key(t.user_attrs.get("config") or {})
+        if key not in seen:  # a grown search re-measures the top config: one candidate
+            seen.add(key)
+            ranked.append(t)
     state = _decide(ctx, name, recipe, step, state, ranked, deadline)
     return Outcome(step, state, ran, skipped)
 
 
-def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, searches: list[RecipeSearch],
+def _ints(values: list[Any]) -> list[int]:
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+
+
+def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: State, searches: list[RecipeSearch],
           trials_left: int, deadline: float | None) -> list[tuple[int, str]]:
     """While the best trial sits at the top of a growable knob's range and its waste is
     still material, search that knob at twice and four times the top (within the guard)."""
     out: list[tuple[int, str]] = []
-    growable = [k for k in recipe.knobs if k.grow and k.key in searches[0].space]
+    ranges = {k.key: _ints(searches[0].space[k.key]) for k in recipe.knobs if k.grow and k.key in searches[0].space}
+    growable = [k for k in recipe.knobs if ranges.get(k.key)]
     for i in range(GROW_STEPS):
         best = searches[-1].best()
         if best is None or not growable or trials_left < 1:
             break
         summary, config = stored_summary(best), TrainConfig().with_changes(best.user_attrs["config"])
-        verdict = diagnose(summary, ctx.runner.device.type, ctx.constraints.memory_limit)
+        verdict = diagnose(summary, ctx.runner.device.type, ctx.constraints.memory_limit, previous=state.verdict)
         waste = verdict.waste(target)
         if waste is None or not material(waste, ctx.margin):
             break
         for knob in growable:
-            top = max(v for v in searches[-1].space[knob.key] if isinstance(v, int))
+            top = max(ranges[knob.key])
             if config.get(knob.key) != top:
                 continue
             limit = machine.growth_limit(knob.key, summary)
@@ -144,6 +161,7 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, searches:
                            on_trial=lambda t: ctx.events.trial(trial_record(t)), cost_s=ctx.trial_cost())
             trials_left -= len(grow.finished())
             searches.append(grow)
+            ranges[knob.key] = ranges[knob.key] + values
             out.append((ran, f"{knob.key}: the best trial sat at the top of the range ({top}) and the step still "
                              f"loses {waste.share:.0%} to {target.value}: grown to {', '.join(map(str, values))}"))
             break
@@ -173,7 +191,7 @@ def _decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, r
         cand = TrainConfig().with_changes(best.user_attrs["config"])
         summary = stored_summary(best)
         step.changes, step.after, step.after_config = state.config.diff(cand), Brief.of(summary), cand.flat()
-        key = f"{name}:accept" if i == 0 else f"{name}:accept:{i}"
+        key = f"{name}:accept:{_digest(cand.flat())}"  # the stored decision is this candidate's
         sp = ctx.compare(key, state.config, cand, f"{recipe.name} against current")
         _verdict(step, sp, state, summary, ctx, best.value)
         ctx.events.decision(recipe.name, step.accepted, step.reason or "")

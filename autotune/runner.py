@@ -152,7 +152,11 @@ class WorkerHandle:
 
     def _died(self) -> TrialFailed:
         code = self.proc.wait()
-        what = f"killed by signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"exited with code {code}"
+        try:
+            sig = signal.Signals(-code).name if code < 0 else ""
+        except ValueError:  # a real-time signal has no name
+            sig = f"signal {-code}"
+        what = f"killed by signal {-code} ({sig})" if code < 0 else f"exited with code {code}"
         if code == -signal.SIGKILL:
             oom = oom_kills() > self.oom_kills
             kind = FailureKind.OOM if oom else FailureKind.KILLED
@@ -261,7 +265,8 @@ class Runner:
         """Windows of A and B in turns (A B B A A B ...), so drift hits both alike."""
         handles = []
         try:
-            span = max(1.0, pairs / self.protocol.windows)  # each handle runs `pairs` windows
+            # Each handle runs `pairs` windows and waits while the other runs its own: two trials' time.
+            span = 2 * max(1.0, pairs / self.protocol.windows)
             handles.append(self.open(a, span))
             handles.append(self.open(b, span))
             ha, hb = handles

@@ -30,6 +30,8 @@ def stop_on_signals(*signums: int) -> Iterator[None]:
     signums = signums or (signal.SIGTERM, signal.SIGHUP)
 
     def handler(signum, frame):
+        for s in signums:  # a repeated signal (schedulers send several) must not cut the report short
+            signal.signal(s, signal.SIG_IGN)
         raise Stopped(signum)
 
     before = {s: signal.signal(s, handler) for s in signums}
