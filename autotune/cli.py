@@ -7,6 +7,7 @@ return; nothing below imports it.
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import sys
 import time
@@ -387,6 +388,27 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, UserCodeError, KeyboardInterrupt) as exc:
         print(explain(exc), file=sys.stderr)
         return exit_code(exc)
+    except Exception as exc:  # noqa: BLE001 - only the storage's own failures are turned into a message
+        message = _storage_failure(exc, getattr(args, "storage", None) or os.environ.get("AUTOTUNE_STORAGE"))
+        if message is None:
+            raise
+        print(explain(UserError(message)), file=sys.stderr)
+        return exit_code(UserError(message))
+
+
+def _storage_failure(exc: BaseException, url: str | None) -> str | None:
+    """A message for a study storage that refused to work (read-only, locked, gone), or None."""
+    kinds = [type(e) for e in (exc, exc.__cause__, exc.__context__) if e is not None]
+    if not any(k.__module__.startswith(("optuna.storages", "optuna.exceptions", "sqlalchemy")) for k in kinds):
+        return None
+    cause = exc.__cause__ or exc.__context__ or exc
+    from .storage import scrub
+
+    detail = str(cause).splitlines()[0][:300] if str(cause) else type(cause).__name__
+    detail = scrub(detail, url) if url else detail
+    return (f"the study storage failed ({type(exc).__name__}: {detail}); make sure --storage (or "
+            "$AUTOTUNE_STORAGE) names a database this process can read and write, then rerun the same command: "
+            "what was measured before is kept there and in the report.")
 
 
 def run() -> None:

@@ -151,3 +151,16 @@ def test_a_locked_database_is_a_clear_error(example, tmp_path):
     finally:
         holder.close()
     assert proc.returncode == 2 and "database is locked" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_read_only_database_is_a_clear_error(example, tmp_path):
+    import optuna
+
+    db = tmp_path / "study.db"
+    optuna.storages.RDBStorage(f"sqlite:///{db}")
+    url = f"sqlite:///file:{db}?mode=ro&uri=true"  # opened read-only (as root, file modes would not stop writes)
+    proc = subprocess.run([sys.executable, "-m", "autotune", "tune", example("compute_bound"), "--out",
+                           str(tmp_path / "run"), "--storage", url, "--in-process", *FAST],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "readonly database" in proc.stderr and "Traceback" not in proc.stderr
