@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import flags
 from .errors import UserCodeError, UserError, exit_code, explain
 
 EXAMPLES = {
@@ -24,101 +25,6 @@ EXAMPLES = {
     "export": "examples:\n  autotune export runs/input --to hf --batch-size 64\n  autotune export runs/input --to lightning --out tuned_lightning.py\n  autotune export runs/input --to accelerate --out accelerate.yaml",
 }
 TRAIN_WARMUP = 5  # steps before `autotune train`'s steady-state clock starts
-
-# Flag bounds, checked before anything is imported or measured: past them a run is a typo
-# (a seed torch and NumPy cannot take, a protocol that would never end).
-SEED_LIMIT = 2**32
-PROTOCOL_BOUNDS = {"windows": (2, 1000), "steps": (1, 100_000), "warmup": (0, 100_000)}
-MAX_TRIALS = 100_000
-MAX_NAME = 512  # Optuna's RDB storages index study names up to 512 characters
-_REPORT_FILES = ("tuned.yaml", "report.json", "report.md", "report.html")
-
-
-_EMPTY_HINT = {
-    "the target": "give file.py, file.py:func or package.module:func",
-    "the folder": "give the --out folder of an `autotune tune` run",
-}
-
-
-def _text(value: str | None, flag: str) -> None:
-    """A text flag must be non-empty and valid Unicode (a file name that is not UTF-8 would
-    fail only when the report is written, after every measurement)."""
-    if value is None:
-        return
-    if not str(value).strip():
-        hint = _EMPTY_HINT.get(flag, "give a value, or leave the flag out for its default")
-        raise UserError(f"{flag} is empty; {hint}.")
-    try:
-        str(value).encode("utf-8")
-    except UnicodeEncodeError:
-        raise UserError(f"{flag} {value!r} is not valid UTF-8 text; rename the file or folder, "
-                        "or give a path with valid UTF-8 characters.") from None
-
-
-def _bounded(value: int | None, flag: str, low: int, high: int, why: str = "") -> None:
-    if value is not None and not low <= value <= high:
-        raise UserError(f"{flag} {value} is out of range; give a whole number from {low} to {high}{why}.")
-
-
-def _check_flags(args: argparse.Namespace) -> None:
-    """Every flag a command has, checked before anything is imported or measured."""
-    for flag in ("target", "out", "json", "trace", "config", "recipes", "storage", "study", "dir"):
-        _text(getattr(args, flag, None), {"target": "the target", "dir": "the folder"}.get(flag, f"--{flag}"))
-    if hasattr(args, "seed"):
-        _bounded(args.seed, "--seed", 0, SEED_LIMIT - 1, " (torch and NumPy take seeds >= 0 and < 2**32)")
-    if hasattr(args, "windows"):
-        for flag, (low, high) in PROTOCOL_BOUNDS.items():
-            why = ", so the spread between windows can be measured" if flag == "windows" else ""
-            _bounded(getattr(args, flag), f"--{flag}", low, high, why)
-    elif getattr(args, "steps", None) is not None:  # train: optimizer steps
-        if args.steps < 1:
-            raise UserError(f"--steps {args.steps}: give a positive number of steps.")
-    if hasattr(args, "trials"):
-        if args.trials < 1:
-            raise UserError(f"--trials {args.trials}: give a positive number of trials.")
-        _bounded(args.trials, "--trials", 1, MAX_TRIALS)
-    if getattr(args, "study", None) is not None and len(args.study) > MAX_NAME:
-        raise UserError(f"--study is {len(args.study)} characters long; give a study name of at most {MAX_NAME}.")
-
-
-def _output_file(path: str, flag: str, taken: dict[Path, str]) -> Path:
-    """The file `flag` names, once it is known that it can be written (before measuring)."""
-    import os
-    import tempfile
-
-    from .atomic import writable_file
-
-    p = writable_file(path, flag)
-    if p.is_dir():
-        raise UserError(f"{flag} {path!r} is a folder; give the path of a file to write (like {path.rstrip('/')}/out.json).")
-    if p.exists() and not p.is_file():  # the atomic write would replace a device or pipe (/dev/null!) with a file
-        raise UserError(f"{flag} {path!r} is not a regular file (a device, pipe or socket); "
-                        "give the path of a regular file to write.")
-    try:  # the file is written through a temporary file beside it: that must be possible
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".probe")
-        os.close(fd)
-        os.unlink(tmp)
-    except OSError as exc:
-        raise UserError(f"{flag} {path!r}: cannot write in {str(p.parent)!r} ({exc.strerror}); "
-                        "give a path in a writable folder.") from None
-    key = p.resolve()
-    if key in taken:
-        raise UserError(f"{flag} {path!r} is the same file as {taken[key]}; give each output its own file.")
-    taken[key] = flag
-    return p
-
-
-def _output_dir(path: str) -> Path:
-    """The --out folder, writable, with no folder where a report file goes."""
-    from .atomic import output_folder
-
-    out = output_folder(path)
-    for name in _REPORT_FILES:
-        if (out / name).is_dir():
-            raise UserError(f"--out {path!r} holds a folder named {name}, where autotune writes that file; "
-                            "move it away or give another --out folder.")
-    return out
-
 
 def _protocol(args):
     from .measure import Protocol
@@ -139,10 +45,10 @@ def profile(args: argparse.Namespace) -> int:
     from .units import parse_size
     from .workload import facts, load_workload
 
-    _check_flags(args)
+    flags.check(args)
     taken: dict[Path, str] = {}
-    json_path = _output_file(args.json, "--json", taken) if args.json else None
-    trace_path = _output_file(args.trace, "--trace", taken) if args.trace else None
+    json_path = flags.output_file(args.json, "--json", taken) if args.json else None
+    trace_path = flags.output_file(args.trace, "--trace", taken) if args.trace else None
     limit = parse_size(args.memory_limit) if args.memory_limit is not None else None
     device = resolve_device(args.device)
     protocol = _protocol(args)
@@ -185,12 +91,12 @@ def tune(args: argparse.Namespace) -> int:
     from .units import parse_duration, parse_size
     from .workload import facts, load_workload
 
-    _check_flags(args)
+    flags.check(args)
     budget = parse_duration(args.budget) if args.budget is not None else None
     limit = parse_size(args.memory_limit) if args.memory_limit is not None else None
     timeout = parse_duration(args.trial_timeout, "--trial-timeout")
     device = resolve_device(args.device)
-    out = _output_dir(args.out)
+    out = flags.output_dir(args.out)
     recipes = load_recipes(args.recipes)
     only = select(recipes, args.only)
     protocol = _protocol(args)
@@ -245,7 +151,7 @@ def train(args: argparse.Namespace) -> int:
     from .report import terminal
     from .workload import load_workload
 
-    _check_flags(args)
+    flags.check(args)
     config = load_config(args.config)
     device = resolve_device(args.device)
     workload = load_workload(args.target)
@@ -282,7 +188,7 @@ def report(args: argparse.Namespace) -> int:
         return 0
     if args.dir is None:
         raise UserError("autotune report needs a tune output folder (autotune report DIR), or --schema.")
-    _check_flags(args)
+    flags.check(args)
     written = rerender(Path(args.dir))
     print("wrote " + " and ".join(str(p) for p in written))
     return 0
@@ -293,10 +199,10 @@ def export(args: argparse.Namespace) -> int:
     from .export import export as render
     from .report import load_report
 
-    _check_flags(args)
+    flags.check(args)
     if args.batch_size is not None:
-        _bounded(args.batch_size, "--batch-size", 1, 2**31 - 1, " (the workload's global batch size)")
-    out = _output_file(args.out, "--out", {}) if args.out else None
+        flags.bounded(args.batch_size, "--batch-size", 1, 2**31 - 1, " (the workload's global batch size)")
+    out = flags.output_file(args.out, "--out", {}) if args.out else None
     text = render(load_report(Path(args.dir)), args.to, args.batch_size)
     if out is None:
         sys.stdout.write(text)
@@ -389,26 +295,13 @@ def main(argv: list[str] | None = None) -> int:
         print(explain(exc), file=sys.stderr)
         return exit_code(exc)
     except Exception as exc:  # noqa: BLE001 - only the storage's own failures are turned into a message
-        message = _storage_failure(exc, getattr(args, "storage", None) or os.environ.get("AUTOTUNE_STORAGE"))
+        from .storage import failure_message as storage_failure
+
+        message = storage_failure(exc, getattr(args, "storage", None) or os.environ.get("AUTOTUNE_STORAGE"))
         if message is None:
             raise
         print(explain(UserError(message)), file=sys.stderr)
         return exit_code(UserError(message))
-
-
-def _storage_failure(exc: BaseException, url: str | None) -> str | None:
-    """A message for a study storage that refused to work (read-only, locked, gone), or None."""
-    kinds = [type(e) for e in (exc, exc.__cause__, exc.__context__) if e is not None]
-    if not any(k.__module__.startswith(("optuna.storages", "optuna.exceptions", "sqlalchemy")) for k in kinds):
-        return None
-    cause = exc.__cause__ or exc.__context__ or exc
-    from .storage import scrub
-
-    detail = str(cause).splitlines()[0][:300] if str(cause) else type(cause).__name__
-    detail = scrub(detail, url) if url else detail
-    return (f"the study storage failed ({type(exc).__name__}: {detail}); make sure --storage (or "
-            "$AUTOTUNE_STORAGE) names a database this process can read and write, then rerun the same command: "
-            "what was measured before is kept there and in the report.")
 
 
 def run() -> None:

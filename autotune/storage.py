@@ -159,3 +159,16 @@ def study_name(workload_name: str) -> str:
     """A study name derived from the workload's name."""
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(workload_name)).strip("-")[:_MAX_STUDY_NAME].strip("-")
     return name or "workload"
+
+
+def failure_message(exc: BaseException, url: str | None) -> str | None:
+    """A message for a study storage that refused to work (read-only, locked, gone), or None."""
+    kinds = [type(e) for e in (exc, exc.__cause__, exc.__context__) if e is not None]
+    if not any(k.__module__.startswith(("optuna.storages", "optuna.exceptions", "sqlalchemy")) for k in kinds):
+        return None
+    cause = exc.__cause__ or exc.__context__ or exc
+    detail = str(cause).splitlines()[0][:300] if str(cause) else type(cause).__name__
+    detail = scrub(detail, url) if url else detail
+    return (f"the study storage failed ({type(exc).__name__}: {detail}); make sure --storage (or "
+            "$AUTOTUNE_STORAGE) names a database this process can read and write, then rerun the same command: "
+            "what was measured before is kept there and in the report.")
