@@ -30,7 +30,7 @@ from .recipes import Recipe
 from .record import Bottleneck, Budget, FailureKind, Comparison, Noise, Ratio, Recommendation, Report, Step, StudyRef, Summary
 from .rounds import Context, State, play
 from .runner import TrialRunner
-from .search import Constraints, quiet_optuna
+from .search import Constraints, fits, quiet_optuna
 from .stats import noise_margin, paired_ratio
 
 MIN_GAIN = 0.03  # a change must gain at least 3%, whatever the noise says
@@ -97,8 +97,7 @@ class Agent:
     # --- the loop ------------------------------------------------------------------------
     def _state(self, config: TrainConfig, summary: Summary) -> State:
         v = diagnose(summary, self.runner.device.type, self.settings.memory_limit)
-        return State(config, summary, v, not (self.settings.memory_limit and
-                                              (summary.peak_memory_bytes or 0) > self.settings.memory_limit))
+        return State(config, summary, v, fits(summary, self.settings.memory_limit))
 
     def run(self) -> Report:
         """The whole loop; the report holds what was measured even when it is interrupted."""

@@ -26,7 +26,7 @@ from .events import Listener
 from .recipes import Recipe
 from .record import Bottleneck, Brief, Comparison, Step, Summary, Verdict
 from .runner import TrialRunner
-from .search import Constraints, RecipeSearch, stored_summary, trial_record
+from .search import Constraints, RecipeSearch, fits, stored_summary, trial_record
 
 CANDIDATES = 2  # most side-by-side comparisons per round
 GROW_STEPS = 3  # most times a range grows in one round
@@ -197,12 +197,8 @@ def _decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, r
         ctx.events.decision(recipe.name, step.accepted, step.reason or "")
         if step.accepted:
             verdict = diagnose(summary, ctx.runner.device.type, ctx.constraints.memory_limit, previous=state.verdict)
-            return State(cand, summary, verdict, _fits(summary, ctx.constraints.memory_limit))
+            return State(cand, summary, verdict, fits(summary, ctx.constraints.memory_limit))
     return state
-
-
-def _fits(summary: Summary, limit: int | None) -> bool:
-    return not (limit and (summary.peak_memory_bytes or 0) > limit)
 
 
 def _verdict(step: Step, sp: Comparison, state: State, cand: Summary, ctx: Context, estimate: float) -> None:

@@ -66,15 +66,20 @@ def quiet_optuna() -> Iterator[None]:
         optuna.logging.set_verbosity(before)
 
 
+def fits(summary: Summary, memory_limit: int | None) -> bool:
+    """Whether a measurement stayed within the memory limit (an unmeasured peak fits)."""
+    peak = summary.peak_memory_bytes
+    return not (memory_limit and peak is not None and peak > memory_limit)
+
+
 @dataclass
 class Constraints:
     memory_limit: int | None
     reference_losses: list[float]
 
     def check(self, summary: Summary) -> str | None:
-        peak = summary.peak_memory_bytes
-        if self.memory_limit and peak is not None and peak > self.memory_limit:
-            return f"peak memory {peak} B exceeds the limit {self.memory_limit} B"
+        if not fits(summary, self.memory_limit):
+            return f"peak memory {summary.peak_memory_bytes} B exceeds the limit {self.memory_limit} B"
         return loss_diverged(summary.first_losses, self.reference_losses)
 
 
