@@ -12,7 +12,7 @@ from autotune.errors import EXIT_OK, UserCodeError, UserError, exit_code, explai
 
 from benchmarks import suite
 from benchmarks.cases import CASES, QUICK_CASES, select
-from benchmarks.table import to_markdown
+from benchmarks.table import emit, to_markdown
 
 PROG = "python -m benchmarks"
 
@@ -49,12 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         return exit_code(exc)
     report["command"] = " ".join([PROG, *(argv if argv is not None else sys.argv[1:])])
     md = to_markdown(report)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2, default=str) + "\n")
-    if args.md:
-        Path(args.md).write_text(md)
-    else:
-        sys.stdout.write(md)
+    emit(md, lambda: json.dumps(report, indent=2, default=str) + "\n", args.json, args.md)
     return EXIT_OK
 
 

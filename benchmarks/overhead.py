@@ -49,6 +49,7 @@ from autotune.machine import cpu_name
 from autotune.errors import EXIT_OK, UserCodeError, UserError, exit_code, explain
 
 from benchmarks.overhead_arms import added_cost_per_step, bench_workload
+from benchmarks.table import emit
 
 PROG = "python -m benchmarks.overhead"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -250,12 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         print(explain(exc, whose="a workload's own code"), file=sys.stderr)
         return exit_code(exc)
     md = to_markdown(report)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
-    if args.md:
-        Path(args.md).write_text(md)
-    else:
-        sys.stdout.write(md)
+    emit(md, lambda: json.dumps(report, indent=2, allow_nan=False) + "\n", args.json, args.md)
     return EXIT_OK
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from pathlib import Path
+from typing import Any, Callable
 
 LABELS = {"oracle": "oracle (grid)", "default": "default", "rule_of_thumb": "rule of thumb",
           "blind_optuna": "blind Optuna", "autotune": "autotune"}
@@ -170,3 +172,13 @@ def to_markdown(report: dict[str, Any]) -> str:
     if report.get("overheads"):
         out += ["## Overheads", "", *overhead_lines(report["overheads"]), ""]
     return "\n".join(out)
+
+
+def emit(md: str, json_text: Callable[[], str], json_path: str | None, md_path: str | None) -> None:
+    """Write the JSON where asked (rendered only then), and the Markdown to its file or else to stdout."""
+    if json_path:
+        Path(json_path).write_text(json_text())
+    if md_path:
+        Path(md_path).write_text(md)
+    else:
+        sys.stdout.write(md)
