@@ -58,6 +58,7 @@ class Agent:
     facts: dict[str, bool]
     events: Listener = field(default_factory=Silent)
     storage_label: str | None = None  # the storage URL as reports may show it (no password)
+    pool: Any = None  # an `autotune.pool.Dispatcher`: workers measure the search trials
     report: Report = field(init=False)
 
     def __post_init__(self) -> None:
@@ -106,9 +107,20 @@ class Agent:
             lease.take()
             self._lease = lease
             try:
+                if self.pool is not None:
+                    self.pool.bind(self.study, self._published())
                 return self._run()
             finally:
+                if self.pool is not None:
+                    self.pool.close(done=self.report.complete)
                 lease.release()
+
+    def _published(self) -> dict[str, Any]:
+        """What a worker needs to measure this run's trials as this process would."""
+        fp = machine.fingerprint(self.runner.device)
+        return {"target": self.fingerprint["target"], "device": self.runner.device.type,
+                "protocol": self.fingerprint["protocol"], "timeout_s": getattr(self.runner, "timeout_s", 600.0),
+                "seed": self.settings.seed, "machine": fp, "machine_id": machine.fingerprint_id(fp)}
 
     def _run(self) -> Report:
         t_start = time.time()
@@ -128,7 +140,7 @@ class Agent:
         margin = noise_margin(aa.ratio, aa.pairs, MIN_GAIN)
         r.noise = Noise(ratio=aa.ratio, low=aa.low, high=aa.high, pairs=aa.pairs, margin=margin, min_gain=MIN_GAIN)
         ctx = Context(self.storage, self.study, self.runner, Constraints(self.settings.memory_limit, base.first_losses),
-                      self.settings.seed, margin, _band(aa, margin), self._compare, self.events)
+                      self.settings.seed, margin, _band(aa, margin), self._compare, self.events, pool=self.pool)
         ctx.note(base.config, base.samples_per_s, base.wall_s)
         state = self._rounds(ctx, state, deadline)
         if state.config != base_cfg:

@@ -18,8 +18,9 @@ from .errors import UserCodeError, UserError, exit_code, explain
 
 EXAMPLES = {
     "profile": "examples:\n  autotune profile examples/input_bound.py\n  autotune profile examples/memory_bound.py --memory-limit 64MB --json profile.json --trace trace.json",
-    "tune": "examples:\n  autotune tune examples/input_bound.py --out runs/input\n  autotune tune my_train.py:build --trials 30 --budget 20m --storage sqlite:///study.db",
+    "tune": "examples:\n  autotune tune examples/input_bound.py --out runs/input\n  autotune tune my_train.py:build --trials 30 --budget 20m --storage sqlite:///study.db\n  autotune tune examples/input_bound.py --workers 2 --out runs/input2",
     "train": "examples:\n  autotune train examples/input_bound.py --config runs/input/tuned.yaml --steps 200",
+    "worker": "examples:\n  AUTOTUNE_STORAGE=postgresql://tuner:PASSWORD@db-host/autotune autotune worker --study my-run\n  autotune worker --storage journal:///shared/runs/journal.log --study my-run --cores 0-7",
     "recipes": "examples:\n  autotune recipes\n  autotune recipes --recipes my_recipes/",
     "report": "examples:\n  autotune report runs/input\n  autotune report --schema > report.schema.json",
     "export": "examples:\n  autotune export runs/input --to hf --batch-size 64\n  autotune export runs/input --to lightning --out tuned_lightning.py\n  autotune export runs/input --to accelerate --out accelerate.yaml",
@@ -103,11 +104,12 @@ def tune(args: argparse.Namespace) -> int:
     workload = load_workload(args.target)
     url = storage_url(args.storage, out)
     with FolderLock(out):  # one run per output folder: two would measure on the same cores
-        storage = open_storage(url)
+        storage = open_storage(url, shared=args.workers is not None)
+        pool = _pool(args, storage, url, device, out)
         runner = Runner(workload, args.target, device, protocol, isolate=not args.in_process, timeout_s=timeout)
         agent = Agent(runner, recipes, storage, args.study or study_name(workload.name),
                       Settings(args.trials, budget, limit, args.seed, only, Resume(args.resume)), facts(workload),
-                      storage_label=redact(url))
+                      storage_label=redact(url), pool=pool)
         if agent.study_note:
             terminal.console.print(terminal.escape(agent.study_note))
         code, failure = _run_agent(agent, terminal)
@@ -121,6 +123,48 @@ def tune(args: argparse.Namespace) -> int:
     if failure is not None:
         raise failure  # after the report: the CLI turns it into its exit code and message
     return code
+
+
+def _pool(args, storage, url: str, device, out: Path):
+    from .pool import from_flags
+
+    if args.workers is not None:
+        flags.bounded(args.workers, "--workers", 0, 1024, " (local worker processes; 0: only workers started elsewhere)")
+        if args.in_process:
+            raise UserError("--in-process and --workers exclude each other: workers measure in processes of their own.")
+    return from_flags(args.workers, storage, url, device, out)
+
+
+def worker(args: argparse.Namespace) -> int:
+    from .serve import serve
+    from .storage import ENV_VAR, open_storage
+    from .units import parse_duration
+
+    flags.check(args)
+    url = args.storage if args.storage is not None else os.environ.get(ENV_VAR)
+    if not url or not url.strip():
+        raise UserError(f"autotune worker needs the run's storage: --storage URL or ${ENV_VAR} (which keeps a "
+                        "password out of ps), the same the coordinating `autotune tune` uses.")
+    idle = parse_duration(args.idle_timeout, "--idle-timeout") if args.idle_timeout not in ("0", "never") else 0.0
+    if args.cores is not None:
+        from .pool import pin
+
+        pin(args.cores)
+    if os.environ.get("AUTOTUNE_PARENT_PID"):  # started by `autotune tune --workers`: die with it
+        from .worker import _die_with_parent
+
+        _die_with_parent()
+    from .shutdown import Stopped, stop_on_signals
+
+    with stop_on_signals():
+        try:
+            n = serve(open_storage(url, shared=True), args.study, None if args.device == "auto" else args.device, idle,
+                      lambda s: print(f"[{time.strftime('%H:%M:%S')}] {s}", flush=True))
+        except Stopped as exc:  # its trial, if any, was given back to the queue
+            print(f"stopped by {exc.name}", file=sys.stderr)
+            return exc.exit_code
+    print(f"measured {n} trial(s)")
+    return 0
 
 
 def _run_agent(agent, terminal) -> tuple[int, BaseException | None]:
@@ -219,6 +263,7 @@ _COMMANDS = {
     "profile": (profile, "measure and diagnose a training step; changes nothing"),
     "tune": (tune, "the whole loop: diagnose, search fixes, keep what measurably helps"),
     "train": (train, "train with a config through the very loop that was measured"),
+    "worker": (worker, "measure the trials a coordinating `autotune tune` run puts in a shared storage"),
     "recipes": (recipes, "the recipe ladder, cheapest first, with what each targets"),
     "report": (report, "render the reports again from a tune output folder"),
     "export": (export, "write the tuned config as Hugging Face, Lightning, accelerate or torchrun settings"),
@@ -270,6 +315,16 @@ def _parser() -> argparse.ArgumentParser:
                         "limit, recipes, versions) matches, else use a study of its own; strict: refuse when it "
                         "differs; new: always start afresh (default auto)")
     t.add_argument("--trial-timeout", default="10m", help="a trial taking longer fails as hung (default 10m)")
+    t.add_argument("--workers", type=int, help="measure search trials in parallel: start N local workers, each on "
+                   "cores (or a GPU) of its own; `autotune worker` processes elsewhere join through --storage "
+                   "(0: only those). Default: trials one at a time in this process's children")
+    w = cmds["worker"]
+    w.add_argument("--storage", help="the run's Optuna storage URL (default: $AUTOTUNE_STORAGE)")
+    w.add_argument("--study", required=True, help="the study name the coordinating `autotune tune` printed")
+    w.add_argument("--device", default="auto", help="auto (the run's device), cpu or cuda")
+    w.add_argument("--cores", help="pin to these CPU cores, like 0-3 or 0,2 (default: all this process may use)")
+    w.add_argument("--idle-timeout", default="30m", help="leave after this long with nothing to measure; 0: never "
+                   "(default 30m; a worker also leaves when the run is done)")
     r = cmds["train"]
     r.add_argument("--config", required=True, help="a tuned.yaml written by autotune tune")
     r.add_argument("--steps", type=int, default=100, help="optimizer steps (default 100)")

@@ -8,9 +8,10 @@ import resource
 
 import torch
 
-from .record import Machine, Summary
+from .record import Machine, Summary, WorkerRef
 
-__all__ = ["available_memory_bytes", "cores", "cpu_name", "describe", "growth_limit", "open_files_limit"]
+__all__ = ["available_memory_bytes", "core_set", "cores", "cpu_name", "describe", "fingerprint", "fingerprint_id",
+           "growth_limit", "open_files_limit", "worker_ref"]
 
 FILES_PER_WORKER = 8  # pipes, a shared-memory handle and queues per DataLoader worker
 WORKER_MEMORY_SHARE = 0.5  # DataLoader workers may take at most this much of the available memory
@@ -19,6 +20,13 @@ WORKER_MEMORY_SHARE = 0.5  # DataLoader workers may take at most this much of th
 def cores() -> int:
     """CPU cores this process may run on (its affinity, not the machine's total)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def core_set() -> list[int]:
+    """The CPU cores this process may run on, by number."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
 
 
 def cpu_name() -> str:
@@ -37,6 +45,31 @@ def describe(device: torch.device) -> Machine:
     return Machine(cores=cores(), torch=torch.__version__, cpu=cpu_name(),
                    gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
                    python=platform.python_version())
+
+
+def fingerprint(device: torch.device) -> dict[str, object]:
+    """What makes two machines' measurements comparable: the CPU model, how many cores a
+    process may use (their count, not their numbers: two workers pinned to cores 0 and 1 of
+    one CPU compare), the GPU model and count, and the torch and CUDA versions."""
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return {"device": device.type, "cpu": cpu_name(), "cores": cores(), "gpu": gpu,
+            "gpus": torch.cuda.device_count() if device.type == "cuda" else 0,
+            "torch": torch.__version__, "cuda": torch.version.cuda if device.type == "cuda" else None}
+
+
+def fingerprint_id(fp: dict[str, object]) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def worker_ref(device: torch.device) -> WorkerRef:
+    """This process as the measurer of a trial."""
+    import socket
+
+    return WorkerRef(host=socket.gethostname(), pid=os.getpid(), machine=fingerprint_id(fingerprint(device)),
+                     cores=core_set())
 
 
 def available_memory_bytes() -> int | None:

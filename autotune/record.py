@@ -172,6 +172,16 @@ class Noise(Ratio):
     min_gain: float
 
 
+class WorkerRef(Record):
+    """Who measured a trial: the process, its host, and its machine's fingerprint id
+    (`autotune.machine.fingerprint`); only trials of one fingerprint are compared."""
+
+    host: str
+    pid: int
+    machine: str
+    cores: list[int] = Field(default_factory=list)
+
+
 class Trial(Record):
     """One configuration tried in a recipe's search."""
 
@@ -182,6 +192,7 @@ class Trial(Record):
     reason: str | None = None
     peak_memory_bytes: int | None = None
     config: FlatConfig | None = None
+    worker: WorkerRef | None = None
 
 
 class Brief(Record):

@@ -55,6 +55,7 @@ class Context:
     events: Listener
     readings: dict[str, list[float]] = field(default_factory=dict)  # config key -> every single reading
     walls: list[float] = field(default_factory=list)  # wall time of every measurement (for budgets)
+    pool: Any = None  # an `autotune.pool.Dispatcher` when workers measure the trials
 
     def note(self, config: dict[str, Any], value: float | None, wall: float | None = None) -> None:
         if value is not None:
@@ -95,7 +96,7 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     name = f"{ctx.study}/{round_no:02d}-{recipe.name}-{_digest(state.config.flat())}"
     space = recipe.space(runner.device.type, machine.cores(), runner.workload.batch_size)
     search = RecipeSearch(ctx.storage, name, space, state.config, runner, ctx.constraints, ctx.seed,
-                          each_knob_first=recipe.each_knob_first)
+                          each_knob_first=recipe.each_knob_first, pool=ctx.pool)
     n = min(recipe.trials, trials_left)
     ctx.events.recipe(round_no, recipe.name, min(n, search.grid))
     searches = [search]
@@ -156,7 +157,7 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
                                f"({limit}, from memory and open files per worker); range not grown"))
                 return out
             grow = RecipeSearch(ctx.storage, f"{name}-grow{i + 1}", {knob.key: values}, config, ctx.runner,
-                                ctx.constraints, ctx.seed)
+                                ctx.constraints, ctx.seed, pool=ctx.pool)
             ran = grow.run(min(len(values) + 1, trials_left), deadline,
                            on_trial=lambda t: ctx.events.trial(trial_record(t)), cost_s=ctx.trial_cost())
             trials_left -= len(grow.finished())

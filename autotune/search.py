@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 
 import optuna
 
+from . import machine
 from .config import TrainConfig
 from .errors import ConfigError, TrialFailed
 from .faults import checkpoint
@@ -100,24 +101,39 @@ def trial_record(t: optuna.trial.FrozenTrial) -> Trial:
         reason=t.user_attrs.get("reason"),
         peak_memory_bytes=summary.peak_memory_bytes if summary else None,
         config=t.user_attrs.get("config"),
+        worker=t.user_attrs.get("worker"),
     )
 
 
 class RecipeSearch:
-    """Search one recipe's space from the incumbent; `run` returns the stored study."""
+    """Search one recipe's space from the incumbent; `run` returns the stored study.
+
+    With a `pool` (`autotune.pool.Dispatcher`), trials are enqueued for `autotune worker`
+    processes instead of measured here; a worker rebuilds the search from what the study
+    stores (`attach`) and measures each trial it claims with the same objective.
+    """
+
+    KEY = "search"  # the study user attribute a worker rebuilds the search from
 
     def __init__(self, storage, name: str, space: dict[str, list[Any]], incumbent: TrainConfig,
-                 runner: TrialRunner, constraints: Constraints, seed: int, each_knob_first: bool = False) -> None:
+                 runner: TrialRunner, constraints: Constraints, seed: int, each_knob_first: bool = False,
+                 pool: Any = None, sampler: optuna.samplers.BaseSampler | None = None) -> None:
         self.space = {k: list(dict.fromkeys([incumbent.get(k), *v])) for k, v in space.items()}
-        self.incumbent, self.runner, self.constraints = incumbent, runner, constraints
+        self.incumbent, self.runner, self.constraints, self.pool = incumbent, runner, constraints, pool
         self.grid = math.prod(len(v) for v in self.space.values())
         self.skipped = 0
+        self.me = machine.worker_ref(runner.device)
         # A small space is walked whole (the incumbent first, then a seeded order); a larger
         # one is searched by TPE from the incumbent.
         with quiet_optuna():
-            self.study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
-                                             sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=4),
-                                             load_if_exists=True)
+            self.study = optuna.create_study(
+                study_name=name, storage=storage, direction="maximize", load_if_exists=True,
+                sampler=sampler or optuna.samplers.TPESampler(seed=seed, n_startup_trials=4))
+        if sampler is not None:
+            return  # attached by a worker: the coordinator enqueues
+        self.study.set_user_attr(self.KEY, {"space": self.space, "incumbent": incumbent.flat(), "seed": seed,
+                                            "memory_limit": constraints.memory_limit,
+                                            "reference_losses": constraints.reference_losses})
         first = {k: incumbent.get(k) for k in self.space}
         points = [first]
         if self.grid <= GRID_LIMIT:
@@ -126,19 +142,33 @@ class RecipeSearch:
             points += [p for p in rest if p != first]
         elif each_knob_first:  # one knob at a time (what each does alone), then TPE over the combinations
             points += [{**first, k: v} for k, vs in self.space.items() for v in vs if v != first[k]]
-        waiting = optuna.trial.TrialState.WAITING
+        self.points = points
+        if pool is None:  # measured here, one after the other: the whole queue at once
+            for p in self.unqueued(running=False):  # a running trial here was cut off with its run
+                self.study.enqueue_trial(p)
+
+    @classmethod
+    def attach(cls, storage, name: str, runner: TrialRunner, sampler: optuna.samplers.BaseSampler) -> RecipeSearch:
+        """The search a coordinator stored under `name`, to measure its trials with `runner`."""
+        stored = optuna.load_study(study_name=name, storage=storage).user_attrs[cls.KEY]
+        incumbent = TrainConfig().with_changes(stored["incumbent"])
+        return cls(storage, name, stored["space"], incumbent, runner,
+                   Constraints(stored["memory_limit"], stored["reference_losses"]), stored["seed"], sampler=sampler)
+
+    def unqueued(self, running: bool = True) -> list[dict[str, Any]]:
+        """The planned points not measured, queued or (with `running`) being measured yet;
+        after an interrupted run, what is not measured yet."""
+        pending = (optuna.trial.TrialState.WAITING,) + ((optuna.trial.TrialState.RUNNING,) if running else ())
         # A waiting trial's values are its fixed params until it runs.
         have = [t.params for t in self.finished()] + [
-            t.system_attrs.get("fixed_params", t.params) for t in self.study.get_trials(states=(waiting,))]
-        for p in points:  # again after an interrupted run: what is not measured yet
-            if p not in have:
-                self.study.enqueue_trial(p)
+            t.system_attrs.get("fixed_params", t.params) for t in self.study.get_trials(states=pending)]
+        return [p for p in self.points if p not in have]
 
     def finished(self) -> list[optuna.trial.FrozenTrial]:
         done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
         return [t for t in self.study.trials if t.state in done]
 
-    def _objective(self, trial: optuna.Trial) -> float:
+    def objective(self, trial: optuna.Trial) -> float:
         params = {k: trial.suggest_categorical(k, v) for k, v in self.space.items()}
         try:
             config = normalized(self.incumbent, params)
@@ -148,6 +178,7 @@ class RecipeSearch:
             raise optuna.TrialPruned() from None
         trial.set_user_attr("config", config.flat())
         trial.set_user_attr("changes", self.incumbent.diff(config))
+        trial.set_user_attr("worker", self.me.model_dump(mode="json"))
         for t in self.finished():  # the same config again (normalisation, TPE repeats): reuse it
             if t.user_attrs.get("config") == config.flat() and t.number != trial.number:
                 for k in ("state", "reason", "summary"):
@@ -180,6 +211,8 @@ class RecipeSearch:
 
         A trial that cannot finish before `deadline` (estimated to take `cost_s`) is not
         started; `skipped` counts them."""
+        if self.pool is not None:
+            return self.pool.run(self, n_trials, deadline, on_trial, cost_s)
         ran, self.skipped = 0, 0
         while len(self.finished()) < min(n_trials, self.grid):
             if deadline is not None and time.time() + (cost_s or 0.0) >= deadline:
@@ -187,7 +220,7 @@ class RecipeSearch:
                 break
             done: list[optuna.trial.FrozenTrial] = []
             with quiet_optuna():
-                self.study.optimize(self._objective, n_trials=1, catch=(), callbacks=[lambda _, t: done.append(t)])
+                self.study.optimize(self.objective, n_trials=1, catch=(), callbacks=[lambda _, t: done.append(t)])
             ran += 1
             if on_trial and done:
                 on_trial(done[-1])
@@ -197,10 +230,15 @@ class RecipeSearch:
         ok = self.ranked()
         return ok[0] if ok else None
 
+    def comparable(self, t: optuna.trial.FrozenTrial) -> bool:
+        """Measured on a machine like this one (same fingerprint): only such trials compete."""
+        who = t.user_attrs.get("worker")
+        return who is None or who.get("machine") == self.me.machine
+
     def ranked(self) -> list[optuna.trial.FrozenTrial]:
         """Feasible trials, fastest first, one per config (the first measured of repeats)."""
         seen, out = set(), []
-        ok = [t for t in self.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        ok = [t for t in self.study.trials if t.state == optuna.trial.TrialState.COMPLETE and self.comparable(t)]
         for t in sorted(ok, key=lambda t: (-t.value, t.number)):
             key = tuple(sorted((t.user_attrs.get("config") or {}).items(), key=lambda kv: kv[0]))
             if key not in seen:

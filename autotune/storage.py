@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from pathlib import Path
 
 import optuna
@@ -141,16 +142,38 @@ def scrub(text: str, url: str) -> str:
     return text
 
 
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    try:
+JOURNAL = "journal:///"  # journal:///path/to/file.log: Optuna's journal file, for several processes on one machine
+
+
+def _open(url: str, shared: bool) -> optuna.storages.BaseStorage:
+    if url.startswith(JOURNAL):
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        return JournalStorage(JournalFileBackend("/" + url[len(JOURNAL):].lstrip("/")))
+    if not shared:
         return optuna.storages.get_storage(url)
+    from .heartbeat import storage_kwargs
+
+    # SQLite serialises writers: wait for a lock rather than fail at once.
+    engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
+    with warnings.catch_warnings():  # Optuna marks the heartbeat arguments experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine, **storage_kwargs())
+
+
+def open_storage(url: str, shared: bool = False) -> optuna.storages.BaseStorage:
+    """The storage behind `url`; `shared` (workers in other processes) turns on the
+    heartbeat that finds trials whose worker died."""
+    try:
+        return _open(url, shared)
     except Exception as exc:  # noqa: BLE001 - any failure to open storage is the URL's
         msg = scrub(str(exc), url)
         first = msg.splitlines()[0][:300] if msg.strip() else "no detail"
         named = f"${ENV_VAR}" if os.environ.get(ENV_VAR) == url else "--storage"
         raise UserError(
             f"{named} {redact(url)!r} cannot be opened ({type(exc).__name__}: {first}); "
-            "give an Optuna storage URL such as sqlite:///path/study.db or postgresql://user:pass@host/db "
+            "give an Optuna storage URL such as sqlite:///path/study.db, postgresql://user:pass@host/db or "
+            "journal:///path/journal.log "
             f"(by --storage or ${ENV_VAR})."
         ) from None
 
