@@ -108,6 +108,8 @@ class Agent:
             self._lease = lease
             try:
                 if self.pool is not None:
+                    self.pool.keepalive = lease.renew  # a long parallel round keeps the study's lease fresh
+                    self.pool.on_wait = lambda what: self.events.phase(what)
                     self.pool.bind(self.study, self._published())
                 return self._run()
             finally:

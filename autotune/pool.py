@@ -148,6 +148,8 @@ class Dispatcher:
         self.storage, self.local, self.poll_s, self.on_wait = storage, local, poll_s, on_wait
         self.ledger: optuna.Study | None = None
         self.machine: str | None = None
+        self.keepalive: Callable[[], None] | None = None  # renews the run's lease while a search waits
+        self._renewed = time.time()
 
     def bind(self, study: str, run: dict[str, Any]) -> None:
         """Publish what workers need to measure this run's trials, and start local workers."""
@@ -211,6 +213,9 @@ class Dispatcher:
             for _ in range(min(capacity - len(pending), target - done - len(pending))):
                 nxt = [p for p in search.unqueued() if p not in lost]
                 study.enqueue_trial(nxt[0] if nxt else {})  # {}: the worker's sampler picks the values
+            if self.keepalive and time.time() - self._renewed > 30:
+                self.keepalive()
+                self._renewed = time.time()
             if not self.workers() and self.on_wait and not waited:
                 self.on_wait("waiting for a worker (autotune worker --study "
                              f"{self.ledger.study_name} with the same storage)")
