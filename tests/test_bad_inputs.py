@@ -256,6 +256,23 @@ CASES = [
          {"o/report.json": report_json(lambda d: json.dumps({**d, "steps": "x" * 100000}))}),
     Case("report-empty-dir", ["report", ""], "is empty"),
     Case("report-no-dir", ["report"], "needs a tune output folder"),
+    # parallel trials
+    Case("workers-more-than-cores", ["tune", "good.py", "--workers", "4096"], "--workers 4096"),
+    Case("workers-too-many", ["tune", "good.py", "--workers", str(os.cpu_count() + 1)], "each worker needs a core"),
+    Case("workers-negative", ["tune", "good.py", "--workers=-1"], "--workers -1 is out of range"),
+    Case("workers-in-process", ["tune", "good.py", "--workers", "1", "--in-process"], "exclude each other"),
+    Case("worker-no-storage", ["worker", "--study", "s"], "needs the run's storage"),
+    Case("worker-empty-storage", ["worker", "--study", "s", "--storage", " "], "--storage is empty"),
+    Case("worker-no-study", ["worker", "--storage", "sqlite:///x.db"], "--study"),
+    Case("worker-bad-cores", ["worker", "--study", "s", "--storage", "sqlite:///x.db", "--cores", "99999"],
+         "--cores '99999' cannot be used"),
+    Case("worker-cores-text", ["worker", "--study", "s", "--storage", "sqlite:///x.db", "--cores", "a-b"],
+         "--cores 'a-b' cannot be used"),
+    Case("worker-bad-idle", ["worker", "--study", "s", "--storage", "sqlite:///x.db", "--idle-timeout", "soon"],
+         "--idle-timeout"),
+    Case("worker-no-such-run", ["worker", "--study", "nobody", "--storage", "journal:///{tmp}/j.log",
+                                "--idle-timeout", "1s"], "no autotune run published it"),
+    Case("worker-bad-storage", ["worker", "--study", "s", "--storage", "nosuch://x"], "cannot be opened"),
 ]
 
 
