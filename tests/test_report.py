@@ -400,3 +400,17 @@ if __name__ == "__main__":  # render the fixture for a look: python tests/test_r
     path.write_text(render_html(fixture))
     path.with_suffix(".md").write_text(render_markdown(fixture))
     print(path)
+
+
+def test_trials_measured_by_several_workers_say_who_measured_each(tmp_path):
+    from autotune.record import WorkerRef
+    from autotune.report import write_outputs
+
+    report = make_report()
+    assert "measured by" not in render_markdown(report)  # one process measured everything: no column
+    for i, t in enumerate(report.steps[0].trials):
+        t.worker = WorkerRef(host="node-a", pid=100 + i % 2, machine="abc", cores=[i % 2])
+    text = render_markdown(report)
+    assert "measured by" in text and "node-a:100 (cores 0)" in text and "node-a:101 (cores 1)" in text
+    write_outputs(report, tmp_path)
+    assert json.loads((tmp_path / "report.json").read_text())["steps"][0]["trials"][0]["worker"]["pid"] == 100

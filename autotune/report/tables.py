@@ -171,10 +171,22 @@ def recommendation_table(report: Report) -> Table:
 
 
 def trial_table(step: Step) -> Table:
-    """A step's trials in the order tried."""
+    """A step's trials in the order tried; who measured each when more than one process did."""
+    who = {(t.worker.host, t.worker.pid) for t in step.trials if t.worker}
     rows = [[fmt_value(t.number), change_list(t.changes) or "baseline config", fmt_rate(t.samples_per_s),
-             t.state.value, fmt_bytes(t.peak_memory_bytes), t.reason or ""] for t in step.trials]
-    return ["trial", "changes", "samples/s", "state", "peak memory", "note"], rows
+             t.state.value, fmt_bytes(t.peak_memory_bytes), t.reason or ""]
+            + ([_worker_cell(t)] if len(who) > 1 else []) for t in step.trials]
+    headers = ["trial", "changes", "samples/s", "state", "peak memory", "note"]
+    return headers + (["measured by"] if len(who) > 1 else []), rows
+
+
+def _worker_cell(t) -> str:
+    if t.worker is None:
+        return ""
+    cores = t.worker.cores
+    span = f"{cores[0]}-{cores[-1]}" if len(cores) > 1 and cores == list(range(cores[0], cores[-1] + 1)) else \
+        ",".join(map(str, cores))
+    return f"{t.worker.host}:{t.worker.pid} (cores {span})"
 
 
 def step_title(step: Step) -> str:
