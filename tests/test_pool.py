@@ -189,3 +189,21 @@ def test_core_sets_are_disjoint_and_equal():
     with pytest.raises(UserError, match="--workers 0"):
         split_cores([0, 1], 0)
 
+
+
+def test_the_time_budget_takes_back_what_no_worker_took(storage):
+    """No worker ever comes: at the deadline the queued trial is taken back (a resumed run
+    queues it again) and every trial not measured counts as skipped for the budget."""
+    optuna.create_study(study_name="run", storage=storage)
+    pool = Dispatcher(storage, poll_s=0.1)
+    pool.bind("run", {"machine_id": runner_machine(), "machine": {}})
+    waits: list[str] = []
+    pool.on_wait = waits.append
+    search = RecipeSearch(storage, "run/01-r", SPACE, TrainConfig(), runner(), Constraints(None, []), 0, pool=pool)
+    ran = search.run(4, time.time() + 1.0, on_trial=None, cost_s=0.1)
+    assert ran == 0 and search.skipped == 4
+    trials = search.study.get_trials(deepcopy=False)
+    assert trials and all(t.state == optuna.trial.TrialState.FAIL for t in trials)
+    assert "cancelled" in trials[0].user_attrs["reason"]
+    assert waits and "autotune worker --study run" in waits[0]
+    assert search.unqueued()[0] == {"data.num_workers": 0, "data.prefetch_factor": None}, "queued again next time"
