@@ -126,3 +126,33 @@ def test_a_worker_on_another_kind_of_machine_is_refused(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "Some Other CPU" in r.stderr and "differs from the coordinator" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_coordinator_killed_mid_trial_resumes_and_leaves_no_worker(example, tmp_path):
+    """SIGKILL of `autotune tune --workers 2` while a worker measures: its workers and their
+    trial processes die with it (PR_SET_PDEATHSIG); the same command then completes, the cut
+    trial failed once by the heartbeat and measured again."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    tag, out, marker = uuid.uuid4().hex, tmp_path / "run", tmp_path / "paused"
+    cmd = [sys.executable, "-m", "autotune", "tune", example("input_bound"), "--out", str(out), "--workers", "2", *FAST]
+    first = subprocess.Popen(cmd, env=_env(tag, AUTOTUNE_PAUSE_AT="trial", AUTOTUNE_PAUSE_FILE=str(marker)),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_paused(first, marker, timeout=300)
+    first.kill()
+    first.wait()
+    _no_leftovers(tag)
+    code, _, stderr = _finish(subprocess.Popen(cmd, env=_env(tag), stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    assert code == 0, stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["complete"] is True
+    storage = open_storage(f"sqlite:///{out / 'study.db'}")
+    name = report["study"]["name"]
+    rounds = sorted(s.study_name for s in optuna.study.get_all_study_summaries(storage)
+                    if s.study_name.startswith(name + "/"))
+    trials = optuna.load_study(study_name=rounds[0], storage=storage).get_trials(deepcopy=False)
+    assert sum(t.state == optuna.trial.TrialState.FAIL for t in trials) >= 1, "the cut trials were failed"
+    done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and "reused_from" not in t.user_attrs]
+    configs = [json.dumps(t.user_attrs["config"], sort_keys=True) for t in done]
+    assert len(configs) == len(set(configs)) == 3, "every planned trial measured exactly once"
+    _no_leftovers(tag)
