@@ -68,6 +68,8 @@ class TrialRunner(TypingProtocol):
 
 def classify(exc: BaseException) -> TrialFailed:
     """The `TrialFailed` an exception raised while measuring stands for."""
+    if isinstance(exc, TrialFailed):  # already classified (another DDP rank's failure)
+        return exc
     inner = exc.exc if isinstance(exc, UserCodeError) else exc
     if isinstance(inner, torch.OutOfMemoryError) or "out of memory" in str(inner).lower():
         kind = FailureKind.OOM
@@ -104,6 +106,8 @@ class InProcessHandle:
         return self.session.result.summary()
 
     def close(self, kill: bool = False) -> None:
+        if self.session is not None:
+            self.session.close(kill)
         self.session = None
 
 
