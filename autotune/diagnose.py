@@ -37,7 +37,7 @@ SHORT_KERNEL_SHARE = 0.5
 # step runs hundreds of them (dispatch costs a few us per op; big matmuls take ms).
 CPU_MEAN_OP_US = 40.0
 CPU_OPS_PER_STEP = 200
-COMPUTE_STAGES = ("forward", "backward", "optimizer", "other")
+COMPUTE_STAGES = ("forward", "backward", "optimizer", "other")  # `communication` (DDP) is not the model's work
 
 # What to do where no recipe can act: the fix is in the user's code.
 ADVICE = {
@@ -103,6 +103,18 @@ class _Rules:
         return w
 
     def communication(self) -> Waste | None:
+        if "communication" in self.shares:  # DDP: the stage measured against a no-all-reduce reference
+            w = self._by_share(Bottleneck.COMMUNICATION, "communication", COMM_SHARE, "gradient all-reduce adds")
+            if w is not None:
+                sig = self.sig
+                w.evidence.update(world_size=sig.get("world_size"), allreduce_bytes_per_step=sig.get("allreduce_bytes_per_step"),
+                                  backward_synced_s=sig.get("backward_synced_s"), backward_local_s=sig.get("backward_local_s"),
+                                  rank_communication_shares=[round(r["communication"].share, 4) for r in self.s.rank_stages],
+                                  rule="communication share = (backward with all-reduce - backward under no_sync) "
+                                       "/ backward with all-reduce, of the measured backward")
+                mb = (sig.get("allreduce_bytes_per_step") or 0) / 2**20
+                w.reason += f"; {mb:.1f} MiB of gradients all-reduced per step over {sig.get('world_size')} ranks"
+            return w
         share = self.sig.get("comm_share") or 0.0
         if share <= COMM_SHARE:
             return None

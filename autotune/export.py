@@ -6,7 +6,7 @@
 - `hf`: `transformers.TrainingArguments` keyword arguments;
 - `lightning`: `lightning.Trainer` keyword arguments and the `DataLoader` ones;
 - `accelerate`: an `accelerate launch --config_file` YAML;
-- `torchrun`: the launch command, with its environment.
+- `torchrun`: the launch command (`--nproc_per_node` is `distributed.world_size`), with its environment.
 
 Each setting carries a comment saying what it gained (the accepted recommendation that
 changed it: "dataloader measured 4.13x [3.88, 4.41]"). Only keys that differ from the
@@ -135,6 +135,10 @@ def code_line(key: str, value: Any, device: str = "cuda", accumulation: int | No
         return f"torch.backends.cudnn.benchmark = {value}"
     if key == "backend.num_threads":
         return f"torch.set_num_threads({value})  (or OMP_NUM_THREADS={value} in the environment)"
+    if key.startswith("distributed."):
+        name = key.split(".", 1)[1]
+        return f"torchrun --nproc_per_node={value} train.py" if name == "world_size" else \
+            f"model = DistributedDataParallel(model, ..., {name}={value!r})"
     return f"{key} = {value!r}"
 
 
@@ -181,7 +185,10 @@ def _hf(report: Report, batch_size: int | None) -> tuple[dict[str, Any], dict[st
         put("optim", "adamw_torch_fused", _note("optimizer.impl", found))
     if config.data.non_blocking:
         put("accelerator_config", {"non_blocking": True}, _note("data.non_blocking", found))
-    for key in ("optimizer.impl", "layout.channels_last", "backend.cudnn_benchmark", "backend.num_threads"):
+    if "distributed.bucket_cap_mb" in changed:
+        put("ddp_bucket_cap_mb", max(1, round(config.distributed.bucket_cap_mb)), _note("distributed.bucket_cap_mb", found))
+    for key in ("optimizer.impl", "layout.channels_last", "backend.cudnn_benchmark", "backend.num_threads",
+                "distributed.world_size", "distributed.gradient_as_bucket_view", "distributed.static_graph"):
         if key not in changed or (key == "optimizer.impl" and config.optimizer.impl == "fused"):
             continue
         value = changed[key]
@@ -242,6 +249,12 @@ def _lightning(report: Report, batch_size: int | None):
     if config.memory.activation_checkpointing:
         code.append(f"# memory.activation_checkpointing ({_note('memory.activation_checkpointing', found)}): "
                     f"{code_line('memory.activation_checkpointing', True)}")
+    ddp = {k.split(".", 1)[1]: v for k, v in changed.items() if k.startswith("distributed.") and k != "distributed.world_size"}
+    if config.distributed.world_size > 1:
+        trainer["devices"], tnotes["devices"] = config.distributed.world_size, "the workload's world size (a process a rank)"
+    if ddp:
+        code.append(f"trainer_kwargs['strategy'] = lightning.pytorch.strategies.DDPStrategy("
+                    f"{', '.join(f'{k}={v!r}' for k, v in ddp.items())})  # {_note('distributed.bucket_cap_mb', found)}")
     for key in ("precision.tf32", "layout.channels_last", "optimizer.impl", "backend.cudnn_benchmark",
                 "backend.num_threads", "data.non_blocking"):
         if key not in changed:
@@ -316,7 +329,9 @@ def _render_accelerate(report: Report, batch_size: int | None) -> str:
     amp_note = _note("precision.amp", found) if "precision.amp" in changed else "autotune's default: no autocast"
     lines = _header(report, "accelerate")
     lines.append("# use: accelerate launch --config_file accelerate.yaml train.py")
-    lines += ["compute_environment: LOCAL_MACHINE", "distributed_type: 'NO'", "num_machines: 1", "num_processes: 1",
+    world = config.distributed.world_size  # a process a rank
+    lines += ["compute_environment: LOCAL_MACHINE", "distributed_type: " + ("'NO'" if world == 1 else
+              f"MULTI_{'GPU' if report.device == 'cuda' else 'CPU'}"), "num_machines: 1", f"num_processes: {world}",
               "machine_rank: 0", f"use_cpu: {'true' if report.device == 'cpu' else 'false'}",
               f"mixed_precision: {amp}  # {amp_note}"]
     micro, accum = _batch(config, batch_size, "accelerate", required=config.memory.micro_batch_size is not None,
@@ -336,7 +351,7 @@ def _render_accelerate(report: Report, batch_size: int | None) -> str:
         lines.append("# data.non_blocking: Accelerator(dataloader_config=DataLoaderConfiguration(non_blocking=True))"
                      f"  # {_note('data.non_blocking', found)}")
     for key, value in changed.items():
-        if key in ("precision.amp", "compile.mode", "memory.micro_batch_size", "data.non_blocking"):
+        if key in ("precision.amp", "compile.mode", "memory.micro_batch_size", "data.non_blocking", "distributed.world_size"):
             continue
         lines.append(f"# {key}: {json.dumps(value)} ({_note(key, found)}): {code_line(key, value, report.device)}")
     return "\n".join(lines) + "\n"
@@ -345,12 +360,11 @@ def _render_accelerate(report: Report, batch_size: int | None) -> str:
 def _render_torchrun(report: Report, batch_size: int | None) -> str:
     config = _config(report)
     changed, found = _changed(config), gains(report)
-    _, accum = _batch(config, batch_size, "torchrun", required=False,
-                          recorded=report.batch_size)
+    _, accum = _batch(config, batch_size, "torchrun", required=False, recorded=report.batch_size)
     lines = _header(report, "torchrun")
     lines.append("# settings torchrun cannot pass; put these lines in train.py:")
     for key, value in changed.items():
-        if key == "backend.num_threads":
+        if key in ("backend.num_threads", "distributed.world_size"):
             continue
         lines.append(f"#   {key}: {json.dumps(value)} ({_note(key, found)}): "
                      f"{code_line(key, value, report.device, accum)}")
@@ -359,7 +373,7 @@ def _render_torchrun(report: Report, batch_size: int | None) -> str:
         lines.append(f"# backend.num_threads: {config.backend.num_threads} ({_note('backend.num_threads', found)}): "
                      "OMP_NUM_THREADS (torchrun would set it to 1 otherwise)")
         env = f"OMP_NUM_THREADS={config.backend.num_threads} "
-    lines.append(f"{env}torchrun --standalone --nproc_per_node=1 train.py")
+    lines.append(f"{env}torchrun --standalone --nproc_per_node={config.distributed.world_size} train.py")
     return "\n".join(lines) + "\n"
 
 

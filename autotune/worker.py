@@ -56,7 +56,10 @@ def main() -> None:
     from .loop import Trainer
     from .measure import Protocol, Session
     from .ranks import RankSpec
-    from .workload import load_workload
+    from .workload import load_workload, with_world_size
+
+    def workload(cmd: dict):  # the world size travels in the config (a --world-size flag)
+        return with_world_size(load_workload(cmd["target"]), cmd["config"].get("distributed.world_size"))
 
     peer = RankSpec.from_env()
 
@@ -65,7 +68,7 @@ def main() -> None:
         cmd = json.loads(line)
         try:
             if cmd["cmd"] == "open":
-                wl = load_workload(cmd["target"])
+                wl = workload(cmd)
                 session = Session(wl, from_dict(cmd["config"]), torch.device(cmd["device"]), Protocol(**cmd["protocol"]))
                 _reply(out, {"ok": True})
             elif cmd["cmd"] == "window":
@@ -76,7 +79,7 @@ def main() -> None:
                 session.profile(cmd.get("trace"))
                 _reply(out, {"ok": True, "comm": session.result.comm})
             elif cmd["cmd"] == "train":
-                trainer = Trainer(load_workload(cmd["target"]), from_dict(cmd["config"]), torch.device(cmd["device"]),
+                trainer = Trainer(workload(cmd), from_dict(cmd["config"]), torch.device(cmd["device"]),
                                   seed=cmd["seed"], rank=peer)
                 run = trainer.run(cmd["steps"], cmd["warmup"])
                 trainer.close()
