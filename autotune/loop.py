@@ -300,6 +300,7 @@ def train_ranks(workload: Workload, config: TrainConfig, device: torch.device, s
                 warmup: int) -> tuple[TrainRun, float]:
     """`autotune train`: production training on every rank (rank 0 here, the others started
     as processes); rank 0's run and the setup time. One process without DDP."""
+    check_applicable(workload, config, device)  # before any rank starts
     t0 = time.perf_counter()
     if config.distributed.world_size == 1:
         trainer = Trainer(workload, config, device, seed=seed)

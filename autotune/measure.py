@@ -22,7 +22,7 @@ from .clock import STAGES, clock_for
 from .config import TrainConfig
 from .errors import TrialFailed, UserError, call_user
 from .faults import checkpoint
-from .loop import Trainer
+from .loop import Trainer, check_applicable
 from .record import ProtocolRecord, Signals, StageTime, StepTime, Summary
 from .workload import Workload
 
@@ -180,6 +180,7 @@ class Session:
         world = config.distributed.world_size
         spec, self.peers = ranks.RankSpec.from_env() if world > 1 else None, None
         if world > 1 and spec is None:  # rank 0: start the other ranks, which open the same session
+            check_applicable(workload, config, device)  # a config that cannot run starts no rank
             spec = ranks.RankSpec(0, world, ranks.free_port())
             self.peers = ranks.Peers(workload.source, spec)
             self.peers.send({"cmd": "open", "target": workload.source, "config": config.flat(),

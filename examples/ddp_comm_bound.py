@@ -1,9 +1,9 @@
 """Two CPU processes training with DistributedDataParallel over gloo: a model with large
 gradients and little compute, so the step is dominated by the gradient all-reduce.
 
-Three wide Linear layers (2048 x 2048: about 12.6 M parameters, 50 MB of fp32 gradients
+Four wide Linear layers (1024 x 1024: about 4.2 M parameters, 16 MB of fp32 gradients
 all-reduced every step) on a global batch of 16 samples (8 per rank): each rank computes
-for a few milliseconds and then sends and receives 50 MB through the loopback interface.
+for tens of milliseconds and then sends and receives 16 MB through the loopback interface.
 
 Planted bottleneck: `communication`. autotune measures it against a no-all-reduce
 reference (see `autotune.comm`) and tries the `ddp` recipe (bucket size,
@@ -32,17 +32,19 @@ from torch import nn
 import autotune
 from _common import Synthetic
 
-WIDTH = 2048
+WIDTH = 1024
 
 
 def model() -> nn.Module:
-    return nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH), nn.ReLU(),
-                         nn.Linear(WIDTH, WIDTH), nn.ReLU(), nn.Linear(WIDTH, 10))
+    layers: list[nn.Module] = []
+    for _ in range(4):
+        layers += [nn.Linear(WIDTH, WIDTH), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(WIDTH, 10))
 
 
 def workload(batch_size: int = 16, world_size: int = 2) -> autotune.Workload:
     return autotune.Workload(
-        name="ddp-comm-bound (2 ranks, 50 MB of gradients)",
+        name="ddp-comm-bound (2 ranks, 16 MB of gradients)",
         model=model,
         dataset=lambda: Synthetic(1024, dim=WIDTH),
         optimizer=lambda params: torch.optim.SGD(params, lr=0.01),
