@@ -82,6 +82,12 @@ def check_applicable(workload: Workload, config: TrainConfig, device: torch.devi
     elif world > 1 and mb is not None and workload.rank_batch % mb:
         errors.append(f"memory.micro_batch_size {mb} does not divide the per-rank batch {workload.rank_batch} "
                       f"(global batch {workload.batch_size} over {world} ranks); use a divisor of it or null")
+    elif world > 1 and mb is not None and mb < workload.rank_batch and config.distributed.static_graph:
+        # DDP records a static graph in its first step; one starting under no_sync() fails an
+        # internal assert in the reducer (measured with torch 2.13 on gloo).
+        errors.append("distributed.static_graph cannot be combined with micro-batches (memory.micro_batch_size "
+                      f"{mb} < per-rank batch {workload.rank_batch}: accumulation under no_sync()); "
+                      "set one of them back")
     if config.compile.mode != "none" and os.name == "nt":
         errors.append("compile.mode needs a platform torch.compile supports; use none")
     if errors:

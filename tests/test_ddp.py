@@ -162,11 +162,14 @@ def test_two_ranks_measure_per_rank_stages_communication_and_global_throughput(t
 
 def test_isolated_trial_runs_the_ranks_and_applies_the_knobs(tiny):
     wl = load_workload(tiny)
-    cfg = wl.base_config().with_changes({"distributed.gradient_as_bucket_view": True, "distributed.static_graph": True,
+    cfg = wl.base_config().with_changes({"distributed.gradient_as_bucket_view": True,
                                          "memory.micro_batch_size": 4})  # accumulation under no_sync()
     s = Runner(wl, tiny, CPU, SMALL, isolate=True, timeout_s=240).measure(cfg)
     assert s.world_size == 2 and len(s.rank_stages) == 2 and s.samples_per_s > 0
-    assert s.config["distributed.static_graph"] is True
+    assert s.config["distributed.gradient_as_bucket_view"] is True
+    # DDP's static graph cannot start under no_sync(): refused before any rank starts
+    with pytest.raises(TrialFailed, match="static_graph cannot be combined with micro-batches"):
+        Runner(wl, tiny, CPU, SMALL, isolate=True).measure(cfg.with_changes({"distributed.static_graph": True}))
 
 
 def _alive(pid: int) -> bool:
