@@ -43,8 +43,9 @@ COMPUTE_STAGES = ("forward", "backward", "optimizer", "other")  # `communication
 ADVICE = {
     Bottleneck.SYNC: "move the host read out of the step: keep checks on the device (torch.where, "
                      "torch.isfinite(...).all() without .item()), and log losses every N steps instead of every step.",
-    Bottleneck.COMMUNICATION: "overlap gradient all-reduce with backward (DDP bucket_cap_mb, gradient_as_bucket_view), "
-                              "or accumulate locally under no_sync() between optimizer steps.",
+    Bottleneck.COMMUNICATION: "send fewer gradient bytes per sample: a larger global batch (fewer all-reduces per "
+                              "sample, accumulating under no_sync()), a DDP compression hook (bf16_compress_hook halves "
+                              "the bytes), fewer parameters; with few cores on one machine, one process may beat DDP.",
 }
 
 
