@@ -62,14 +62,14 @@ def _note(key: str, found: dict[str, str]) -> str:
     return found.get(key, "tuned config")
 
 
-def _batch(config: TrainConfig, batch_size: int | None, target: str, required: bool,
-           recorded: int | None = None) -> tuple[int | None, int | None]:
-    """(per-device micro-batch, accumulation steps) keeping the global batch; (None, None) when unknown."""
+def _batch(config: TrainConfig, batch_size: int | None, target: str, required: bool, recorded: int | None = None):
+    """(per-device micro-batch, accumulation steps) keeping the global batch over the ranks, or (None, None)."""
     if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
                                    or not 1 <= batch_size <= _MAX_BATCH):
-        raise UserError(f"--batch-size {batch_size!r}: give the workload's global batch size, a whole number "
-                        f"from 1 to {_MAX_BATCH}.")
+        raise UserError(f"--batch-size {batch_size!r}: give the workload's global batch size, a whole number from 1 to "
+                        f"{_MAX_BATCH}.")
     batch_size = batch_size if batch_size is not None else recorded  # the flag wins over the report
+    batch_size = batch_size // config.distributed.world_size if batch_size is not None else None  # per rank (DDP)
     micro = config.memory.micro_batch_size
     if micro is None:
         return (batch_size, 1) if batch_size is not None else (None, None)
@@ -178,7 +178,7 @@ def _hf(report: Report, batch_size: int | None) -> tuple[dict[str, Any], dict[st
     if micro is not None:
         why = _note("memory.micro_batch_size", found) if "memory.micro_batch_size" in changed else "the workload's batch"
         put("per_device_train_batch_size", micro, why)
-        put("gradient_accumulation_steps", accum, f"{why}; keeps the global batch of {micro * accum}")
+        put("gradient_accumulation_steps", accum, f"{why}; keeps the global batch of {micro * accum * config.distributed.world_size}")
     if config.memory.activation_checkpointing:
         put("gradient_checkpointing", True, _note("memory.activation_checkpointing", found))
     if config.optimizer.impl == "fused":
@@ -229,7 +229,7 @@ def _lightning(report: Report, batch_size: int | None):
     if accum is not None and accum > 1:
         trainer["accumulate_grad_batches"] = accum
         tnotes["accumulate_grad_batches"] = (f"{_note('memory.micro_batch_size', found)}; micro-batches of {micro} "
-                                             f"keep the global batch of {micro * accum}")
+                                             f"keep the global batch of {micro * accum * config.distributed.world_size}")
     loader: dict[str, Any] = {}
     lnotes: dict[str, str] = {}
     if micro is not None:
@@ -340,7 +340,7 @@ def _render_accelerate(report: Report, batch_size: int | None) -> str:
         # accelerate's config file has no such key outside deepspeed_config (it refuses unknown keys).
         lines.append(f"# gradient_accumulation_steps: {accum} ({_note('memory.micro_batch_size', found)}): "
                      f"Accelerator(gradient_accumulation_steps={accum}) with DataLoader(..., batch_size={micro}) "
-                     f"keeps the global batch of {micro * accum} (or ACCELERATE_GRADIENT_ACCUMULATION_STEPS={accum} "
+                     f"keeps the global batch of {micro * accum * config.distributed.world_size} (or ACCELERATE_GRADIENT_ACCUMULATION_STEPS={accum} "
                      "in the environment); accelerate's config file has no key for it")
     if config.compile.mode != "none":
         note = _note("compile.mode", found)

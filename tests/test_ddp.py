@@ -259,3 +259,24 @@ def test_tune_of_the_example_searches_the_ddp_recipe_or_says_why_not(tmp_path):
     else:  # not searched: the report says why, with the measured share or the budget
         assert "communication" in report["stop_reason"] or "budget" in report["stop_reason"]
     assert autotune.load_config(out / "tuned.yaml").distributed.world_size == 2
+
+
+def test_exports_carry_the_world_size_and_state_what_they_cannot():
+    from test_export import tuned_report
+
+    from autotune.export import export, hf_kwargs
+
+    report = tuned_report()
+    report.final_config = {**report.final_config, "distributed.world_size": 2, "distributed.bucket_cap_mb": 50.0,
+                           "distributed.static_graph": True}
+    assert "torchrun --standalone --nproc_per_node=2 train.py" in export(report, "torchrun")
+    assert "static_graph=True" in export(report, "torchrun")
+    acc = export(report, "accelerate", 32)
+    assert "num_processes: 2" in acc and ("distributed_type: MULTI_CPU" in acc or "distributed_type: MULTI_GPU" in acc)
+    kw = hf_kwargs(report, 32)  # micro-batches of 8 on each of 2 ranks: 2 steps keep the global 32
+    assert kw["ddp_bucket_cap_mb"] == 50 and kw["per_device_train_batch_size"] == 8
+    assert kw["gradient_accumulation_steps"] == 2
+    assert "distributed.static_graph" in export(report, "hf", 32)  # no TrainingArguments key: a code comment
+    assert "DDPStrategy(bucket_cap_mb=50.0, static_graph=True)" in export(report, "lightning", 32)
+    single = tuned_report()
+    assert "--nproc_per_node=1" in export(single, "torchrun")
