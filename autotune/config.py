@@ -89,8 +89,8 @@ def cross_field_errors(nested: dict[str, Any]) -> list[str]:
         defaults = DistributedConfig.model_fields
         for key in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph"):
             if key in dist and dist[key] != defaults[key].default:
-                errors.append(f"distributed.{key} needs distributed.world_size > 1 (one process runs without DDP); "
-                              f"set it to {json.dumps(defaults[key].default)}, or declare the workload's world_size")
+                errors.append(f"distributed.{key} needs distributed.world_size > 1 (one process runs without DDP: "
+                              f"set it to {json.dumps(defaults[key].default)}, or declare the workload's world_size)")
     if data.get("num_workers", 0) == 0:
         if data.get("prefetch_factor") is not None:
             errors.append("data.prefetch_factor needs data.num_workers > 0 (set it to null, or add workers)")
