@@ -52,6 +52,15 @@ def _loss(model, batch):
 
 def failing():
     return make(name="tiny-ddp-failing", world_size=2, dataset=lambda: Vectors(256), model=_model, loss=_loss)
+
+def _hang(model, batch):
+    if torch.distributed.get_rank() == 1:
+        import time
+        time.sleep(3600)
+    return ce_loss(model, batch)
+
+def hanging():
+    return make(name="tiny-ddp-hanging", world_size=2, dataset=lambda: Vectors(256), model=_model, loss=_hang)
 """
 
 
@@ -198,6 +207,22 @@ def test_a_rank_that_raises_fails_the_trial_with_its_reason_and_leaves_no_proces
         time.sleep(0.2)
     assert not [p for p in others if _alive(p)]
     assert not torch.distributed.is_initialized()  # in-process rank 0 left its broken group
+
+
+def test_a_hung_rank_times_the_trial_out_and_every_rank_dies_with_it(tiny, tmp_path, monkeypatch):
+    pids = tmp_path / "pids.txt"
+    monkeypatch.setenv("DDP_PIDS", str(pids))
+    target = tiny + ":hanging"
+    wl = load_workload(target)
+    with pytest.raises(TrialFailed) as info:
+        Runner(wl, target, CPU, SMALL, isolate=True, timeout_s=45).measure(wl.base_config())
+    assert info.value.kind.value == "timeout"
+    ranks = [int(p) for p in pids.read_text().split()]
+    assert len(ranks) == 2  # both ranks had started
+    deadline = time.monotonic() + 15
+    while any(_alive(p) for p in ranks) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in ranks if _alive(p)]
 
 
 def test_micro_batches_under_no_sync_keep_the_same_training(tiny):
