@@ -17,6 +17,7 @@ from typing import Any
 
 from .record import Bottleneck, Summary, Verdict, Waste
 from .stats import t95
+from .units import format_bytes
 
 __all__ = ["ADVICE", "Bottleneck", "Verdict", "Waste", "amdahl", "diagnose", "material"]
 
@@ -113,8 +114,8 @@ class _Rules:
                                   rank_communication_shares=[round(r["communication"].share, 4) for r in self.s.rank_stages],
                                   rule="communication share = (backward with all-reduce - backward under no_sync) "
                                        "/ backward with all-reduce, of the measured backward")
-                mb = (sig.get("allreduce_bytes_per_step") or 0) / 2**20
-                w.reason += f"; {mb:.1f} MiB of gradients all-reduced per step over {sig.get('world_size')} ranks"
+                sent = format_bytes(sig.get("allreduce_bytes_per_step") or 0)
+                w.reason += f"; {sent} of gradients all-reduced per step over {sig.get('world_size')} ranks"
             return w
         share = self.sig.get("comm_share") or 0.0
         if share <= COMM_SHARE:
