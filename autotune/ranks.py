@@ -104,7 +104,6 @@ class Peers:
         except BaseException:
             self.kill()
             raise
-        self.target = target
 
     def _start(self, rank: int, spec: RankSpec) -> None:
         log = tempfile.TemporaryFile()
