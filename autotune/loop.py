@@ -220,7 +220,8 @@ class Trainer:
         return loss.detach()
 
     def step(self, batch: Any, clock=None) -> torch.Tensor:
-        """One optimizer step on a global batch; returns the mean loss (not synchronised)."""
+        """One optimizer step on a batch (the global one; this rank's share under DDP); returns the mean
+        loss (not synchronised)."""
         clock = clock or NullClock()
         c = self.config
         if self._to_device:  # on CPU without channels_last every move is a no-op
