@@ -129,7 +129,7 @@ class Agent:
         deadline = t_start + self.settings.budget_s if self.settings.budget_s else None
         r = self.report
         self.events.phase("baseline")
-        base_cfg = TrainConfig()
+        base_cfg = self.runner.workload.base_config()  # defaults, with the workload's world size
         self._ledger().set_user_attr("fingerprint", self.fingerprint)
         base = self._remember("baseline", Summary, lambda: self._baseline(base_cfg))
         state = self._state(base_cfg, base)

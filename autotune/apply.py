@@ -13,6 +13,10 @@ loop (`autotune.loop.Trainer`) is built from, so production runs what was measur
                 loss = loss_fn(model, micro) / accumulation_steps(config, B)
             (scaler.scale(loss) if scaler else loss).backward()
         ...
+
+Under DDP (`distributed.world_size > 1`, the process group initialised, e.g. by torchrun),
+`prepare_model` wraps the model with `wrap_ddp` and returns the DDP module to call, B is the
+per-rank batch, and each micro-step but the last runs under `no_sync(model, last=False)`.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ def default_threads() -> int:
 
 def apply_backend(config: TrainConfig, device: torch.device | str) -> int:
     """Intra-op threads, TF32 and cuDNN autotuning; returns the thread count set."""
-    threads = config.backend.num_threads or default_threads()
+    # Ranks on one machine share its cores: by default each takes its share of them.
+    threads = config.backend.num_threads or max(1, default_threads() // config.distributed.world_size)
     torch.set_num_threads(threads)
     if torch.device(device).type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = config.precision.tf32
@@ -75,14 +80,56 @@ def wrap_checkpointing(model: torch.nn.Module, block_types: tuple[type, ...]) ->
 
 
 def prepare_model(model: torch.nn.Module, config: TrainConfig, checkpoint_blocks: tuple[type, ...] = ()):
-    """channels_last, activation checkpointing, then torch.compile; returns
-    `(model, step_model)`: the module to optimise and the one to call (compiled or not)."""
+    """channels_last, activation checkpointing, DDP (world_size > 1), then torch.compile;
+    returns `(model, step_model)`: the module to optimise and the one to call."""
     if config.layout.channels_last:
         model = model.to(memory_format=torch.channels_last)
     if config.memory.activation_checkpointing:
         wrap_checkpointing(model, tuple(checkpoint_blocks))
-    step_model = model if config.compile.mode == "none" else torch.compile(model, mode=config.compile.mode)
+    wrapped = wrap_ddp(model, config)
+    step_model = wrapped if config.compile.mode == "none" else torch.compile(wrapped, mode=config.compile.mode)
     return model, step_model
+
+
+def wrap_ddp(model: torch.nn.Module, config: TrainConfig, device: torch.device | str | None = None) -> torch.nn.Module:
+    """The model in `DistributedDataParallel` with the config's `distributed.*` settings
+    (bucket_cap_mb, gradient_as_bucket_view, static_graph); unchanged at world_size 1.
+
+    The default process group must be initialised (torchrun, or `init_process_group`) with
+    the config's world size; the model must already be on its device (`device`: the rank's
+    GPU on CUDA, taken from the model's parameters when not given)."""
+    d = config.distributed
+    if d.world_size == 1:
+        return model
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise ConfigError([f"distributed.world_size {d.world_size} needs an initialised process group "
+                           "(run under torchrun, or call torch.distributed.init_process_group first)"], "config")
+    if dist.get_world_size() != d.world_size:
+        raise ConfigError([f"distributed.world_size {d.world_size} does not match the process group's "
+                           f"{dist.get_world_size()} ranks; use a config tuned for this world size"], "config")
+    first = next(model.parameters(), None)
+    dev = torch.device(device) if device is not None else (first.device if first is not None else torch.device("cpu"))
+    ids = [dev] if dev.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=d.bucket_cap_mb,
+                                   gradient_as_bucket_view=d.gradient_as_bucket_view, static_graph=d.static_graph)
+
+
+def ddp_module(step_model: torch.nn.Module) -> torch.nn.Module | None:
+    """The `DistributedDataParallel` inside `step_model` (compiled or not), or None."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    inner = getattr(step_model, "_orig_mod", step_model)
+    return inner if isinstance(inner, DistributedDataParallel) else None
+
+
+def no_sync(step_model: torch.nn.Module, last: bool):
+    """The context for one micro-step: DDP's `no_sync()` (gradients accumulate locally, no
+    all-reduce) on all but the `last` micro-step of an optimizer step; a no-op without DDP."""
+    ddp = ddp_module(step_model)
+    return ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()
 
 
 _IMPLS = ("foreach", "fused")

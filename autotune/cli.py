@@ -19,7 +19,7 @@ from .errors import UserCodeError, UserError, exit_code, explain
 EXAMPLES = {
     "profile": "examples:\n  autotune profile examples/input_bound.py\n  autotune profile examples/memory_bound.py --memory-limit 64MB --json profile.json --trace trace.json",
     "tune": "examples:\n  autotune tune examples/input_bound.py --out runs/input\n  autotune tune my_train.py:build --trials 30 --budget 20m --storage sqlite:///study.db\n  autotune tune examples/input_bound.py --workers 2 --out runs/input2",
-    "train": "examples:\n  autotune train examples/input_bound.py --config runs/input/tuned.yaml --steps 200",
+    "train": "examples:\n  autotune train examples/input_bound.py --config runs/input/tuned.yaml --steps 200\n  autotune train examples/ddp_comm_bound.py --config runs/ddp/tuned.yaml --steps 50",
     "worker": "examples:\n  AUTOTUNE_STORAGE=postgresql://tuner:PASSWORD@db-host/autotune autotune worker --study my-run\n  autotune worker --storage journal:///shared/runs/journal.log --study my-run --cores 0-7",
     "recipes": "examples:\n  autotune recipes\n  autotune recipes --recipes my_recipes/",
     "report": "examples:\n  autotune report runs/input\n  autotune report --schema > report.schema.json",
@@ -35,7 +35,6 @@ def _protocol(args):
 
 def profile(args: argparse.Namespace) -> int:
     from .atomic import write_text
-    from .config import TrainConfig
     from .diagnose import ADVICE, diagnose
     from .loop import resolve_device
     from .measure import measure
@@ -44,7 +43,7 @@ def profile(args: argparse.Namespace) -> int:
     from .recipes import load_recipes
     from .report import terminal
     from .units import parse_size
-    from .workload import facts, load_workload
+    from .workload import facts, load_workload, with_world_size
 
     flags.check(args)
     taken: dict[Path, str] = {}
@@ -53,11 +52,11 @@ def profile(args: argparse.Namespace) -> int:
     limit = parse_size(args.memory_limit) if args.memory_limit is not None else None
     device = resolve_device(args.device)
     protocol = _protocol(args)
-    workload = load_workload(args.target)
+    workload = with_world_size(load_workload(args.target), args.world_size)
     recipes = load_recipes()
     with terminal.progress() as prog:
         task = prog.add_task(f"measuring {workload.name}", total=protocol.windows, note="")
-        m = measure(workload, TrainConfig(), device, protocol, str(trace_path) if trace_path else None,
+        m = measure(workload, workload.base_config(), device, protocol, str(trace_path) if trace_path else None,
                     on_window=lambda i, w: prog.update(task, advance=1, note=f"{w.samples_per_s:.0f} samples/s"))
     summary = m.summary()
     verdict = diagnose(summary, device.type, limit)
@@ -90,7 +89,7 @@ def tune(args: argparse.Namespace) -> int:
     from .runner import Runner
     from .storage import open_storage, redact, storage_url, study_name
     from .units import parse_duration, parse_size
-    from .workload import facts, load_workload
+    from .workload import facts, load_workload, with_world_size
 
     flags.check(args)
     budget = parse_duration(args.budget) if args.budget is not None else None
@@ -101,7 +100,7 @@ def tune(args: argparse.Namespace) -> int:
     recipes = load_recipes(args.recipes)
     only = select(recipes, args.only)
     protocol = _protocol(args)
-    workload = load_workload(args.target)
+    workload = with_world_size(load_workload(args.target), args.world_size)
     url = storage_url(args.storage, out)
     with FolderLock(out):  # one run per output folder: two would measure on the same cores
         storage = open_storage(url, shared=args.workers is not None)
@@ -191,19 +190,16 @@ def _run_agent(agent, terminal) -> tuple[int, BaseException | None]:
 
 def train(args: argparse.Namespace) -> int:
     from .config import load_config
-    from .loop import Trainer, resolve_device
+    from .loop import resolve_device, train_ranks
     from .report import terminal
-    from .workload import load_workload
+    from .workload import load_workload, with_world_size
 
     flags.check(args)
     config = load_config(args.config)
     device = resolve_device(args.device)
-    workload = load_workload(args.target)
-    t0 = time.perf_counter()
-    trainer = Trainer(workload, config, device, seed=args.seed)
-    setup = time.perf_counter() - t0
+    workload = with_world_size(load_workload(args.target), args.world_size)
     warm = min(TRAIN_WARMUP, args.steps - 1)
-    run = trainer.run(args.steps, warm)
+    run, setup = train_ranks(workload, config, device, args.seed, args.steps, warm)
     terminal.console.print(
         f"[bold]{terminal.escape(workload.name)}[/]: {args.steps} steps with {terminal.escape(config.short())} in "
         f"{run.wall_s:.2f} s (setup {setup:.2f} s); steady state after {warm} steps: "
@@ -291,6 +287,8 @@ def _parser() -> argparse.ArgumentParser:
         c = cmds[name]
         c.add_argument("target", help="file.py, file.py:func or package.module:func returning autotune.Workload")
         c.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
+        c.add_argument("--world-size", type=int, help="DDP processes on this machine, overriding the workload's "
+                       "world_size (default: the workload's)")
     for name in ("profile", "tune"):
         c = cmds[name]
         c.add_argument("--memory-limit", help="peak memory allowed, like 512MB or 2GiB")

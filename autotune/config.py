@@ -22,6 +22,7 @@ from .errors import ConfigError, UserError
 # Upper bounds: past them a value is a typo that would fork thousands of processes or
 # overflow a C int inside torch, not a setting to measure.
 MAX_WORKERS, MAX_PREFETCH, MAX_THREADS, MAX_INT32 = 4096, 1024, 4096, 2**31 - 1
+MAX_WORLD, MAX_BUCKET_MB = 65536, 65536
 
 
 class _Section(BaseModel):
@@ -65,10 +66,31 @@ class BackendConfig(_Section):
     num_threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="Intra-op CPU threads of the training process; null = torch's default.")
 
 
+class DistributedConfig(_Section):
+    """DistributedDataParallel settings. `world_size` comes from the workload (it is recorded
+    here, never tuned); 1 means one process and no DDP, and the other keys then keep their
+    defaults."""
+
+    world_size: int = Field(1, ge=1, le=MAX_WORLD, description="Processes (ranks) training together; from the workload.")
+    bucket_cap_mb: float = Field(25.0, gt=0, le=MAX_BUCKET_MB, description="DDP gradient bucket size in MB: smaller "
+                                 "buckets start all-reduce earlier in backward, larger ones send fewer messages.")
+    gradient_as_bucket_view: bool = Field(False, description="Gradients are views into DDP's buckets: saves a copy "
+                                          "and the memory of one gradient set.")
+    static_graph: bool = Field(False, description="The same parameters get gradients every step: lets DDP skip "
+                                "per-step bookkeeping.")
+
+
 def cross_field_errors(nested: dict[str, Any]) -> list[str]:
     """Rules between keys, on raw sections too, so they are reported beside field errors."""
     data = nested.get("data") if isinstance(nested.get("data"), dict) else {}
+    dist = nested.get("distributed") if isinstance(nested.get("distributed"), dict) else {}
     errors = []
+    if dist.get("world_size", 1) == 1:
+        defaults = DistributedConfig.model_fields
+        for key in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph"):
+            if key in dist and dist[key] != defaults[key].default:
+                errors.append(f"distributed.{key} needs distributed.world_size > 1 (one process runs without DDP: "
+                              f"set it to {json.dumps(defaults[key].default)}, or declare the workload's world_size)")
     if data.get("num_workers", 0) == 0:
         if data.get("prefetch_factor") is not None:
             errors.append("data.prefetch_factor needs data.num_workers > 0 (set it to null, or add workers)")
@@ -87,6 +109,7 @@ class TrainConfig(_Section):
     layout: LayoutConfig = Field(default_factory=LayoutConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     backend: BackendConfig = Field(default_factory=BackendConfig)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
 
     @model_validator(mode="after")
     def _cross_field(self) -> TrainConfig:

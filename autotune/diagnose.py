@@ -17,6 +17,7 @@ from typing import Any
 
 from .record import Bottleneck, Summary, Verdict, Waste
 from .stats import t95
+from .units import format_bytes
 
 __all__ = ["ADVICE", "Bottleneck", "Verdict", "Waste", "amdahl", "diagnose", "material"]
 
@@ -37,14 +38,15 @@ SHORT_KERNEL_SHARE = 0.5
 # step runs hundreds of them (dispatch costs a few us per op; big matmuls take ms).
 CPU_MEAN_OP_US = 40.0
 CPU_OPS_PER_STEP = 200
-COMPUTE_STAGES = ("forward", "backward", "optimizer", "other")
+COMPUTE_STAGES = ("forward", "backward", "optimizer", "other")  # `communication` (DDP) is not the model's work
 
 # What to do where no recipe can act: the fix is in the user's code.
 ADVICE = {
     Bottleneck.SYNC: "move the host read out of the step: keep checks on the device (torch.where, "
                      "torch.isfinite(...).all() without .item()), and log losses every N steps instead of every step.",
-    Bottleneck.COMMUNICATION: "overlap gradient all-reduce with backward (DDP bucket_cap_mb, gradient_as_bucket_view), "
-                              "or accumulate locally under no_sync() between optimizer steps.",
+    Bottleneck.COMMUNICATION: "send fewer gradient bytes per sample: a larger global batch (fewer all-reduces per "
+                              "sample, accumulating under no_sync()), a DDP compression hook (bf16_compress_hook halves "
+                              "the bytes), fewer parameters; with few cores on one machine, one process may beat DDP.",
 }
 
 
@@ -103,6 +105,18 @@ class _Rules:
         return w
 
     def communication(self) -> Waste | None:
+        if "communication" in self.shares:  # DDP: the stage measured against a no-all-reduce reference
+            w = self._by_share(Bottleneck.COMMUNICATION, "communication", COMM_SHARE, "gradient all-reduce adds")
+            if w is not None:
+                sig = self.sig
+                w.evidence.update(world_size=sig.get("world_size"), allreduce_bytes_per_step=sig.get("allreduce_bytes_per_step"),
+                                  backward_synced_s=sig.get("backward_synced_s"), backward_local_s=sig.get("backward_local_s"),
+                                  rank_communication_shares=[round(r["communication"].share, 4) for r in self.s.rank_stages],
+                                  rule="communication share = (backward with all-reduce - backward under no_sync) "
+                                       "/ backward with all-reduce, of the measured backward")
+                sent = format_bytes(sig.get("allreduce_bytes_per_step") or 0)
+                w.reason += f"; {sent} of gradients all-reduced per step over {sig.get('world_size')} ranks"
+            return w
         share = self.sig.get("comm_share") or 0.0
         if share <= COMM_SHARE:
             return None

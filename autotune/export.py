@@ -6,7 +6,7 @@
 - `hf`: `transformers.TrainingArguments` keyword arguments;
 - `lightning`: `lightning.Trainer` keyword arguments and the `DataLoader` ones;
 - `accelerate`: an `accelerate launch --config_file` YAML;
-- `torchrun`: the launch command, with its environment.
+- `torchrun`: the launch command (`--nproc_per_node` is `distributed.world_size`), with its environment.
 
 Each setting carries a comment saying what it gained (the accepted recommendation that
 changed it: "dataloader measured 4.13x [3.88, 4.41]"). Only keys that differ from the
@@ -62,14 +62,14 @@ def _note(key: str, found: dict[str, str]) -> str:
     return found.get(key, "tuned config")
 
 
-def _batch(config: TrainConfig, batch_size: int | None, target: str, required: bool,
-           recorded: int | None = None) -> tuple[int | None, int | None]:
-    """(per-device micro-batch, accumulation steps) keeping the global batch; (None, None) when unknown."""
+def _batch(config: TrainConfig, batch_size: int | None, target: str, required: bool, recorded: int | None = None):
+    """(per-device micro-batch, accumulation steps) keeping the global batch over the ranks, or (None, None)."""
     if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
                                    or not 1 <= batch_size <= _MAX_BATCH):
-        raise UserError(f"--batch-size {batch_size!r}: give the workload's global batch size, a whole number "
-                        f"from 1 to {_MAX_BATCH}.")
+        raise UserError(f"--batch-size {batch_size!r}: give the workload's global batch size, a whole number from 1 to "
+                        f"{_MAX_BATCH}.")
     batch_size = batch_size if batch_size is not None else recorded  # the flag wins over the report
+    batch_size = batch_size // config.distributed.world_size if batch_size is not None else None  # per rank (DDP)
     micro = config.memory.micro_batch_size
     if micro is None:
         return (batch_size, 1) if batch_size is not None else (None, None)
@@ -135,6 +135,10 @@ def code_line(key: str, value: Any, device: str = "cuda", accumulation: int | No
         return f"torch.backends.cudnn.benchmark = {value}"
     if key == "backend.num_threads":
         return f"torch.set_num_threads({value})  (or OMP_NUM_THREADS={value} in the environment)"
+    if key.startswith("distributed."):
+        name = key.split(".", 1)[1]
+        return f"torchrun --nproc_per_node={value} train.py" if name == "world_size" else \
+            f"model = DistributedDataParallel(model, ..., {name}={value!r})"
     return f"{key} = {value!r}"
 
 
@@ -174,14 +178,17 @@ def _hf(report: Report, batch_size: int | None) -> tuple[dict[str, Any], dict[st
     if micro is not None:
         why = _note("memory.micro_batch_size", found) if "memory.micro_batch_size" in changed else "the workload's batch"
         put("per_device_train_batch_size", micro, why)
-        put("gradient_accumulation_steps", accum, f"{why}; keeps the global batch of {micro * accum}")
+        put("gradient_accumulation_steps", accum, f"{why}; keeps the global batch of {micro * accum * config.distributed.world_size}")
     if config.memory.activation_checkpointing:
         put("gradient_checkpointing", True, _note("memory.activation_checkpointing", found))
     if config.optimizer.impl == "fused":
         put("optim", "adamw_torch_fused", _note("optimizer.impl", found))
     if config.data.non_blocking:
         put("accelerator_config", {"non_blocking": True}, _note("data.non_blocking", found))
-    for key in ("optimizer.impl", "layout.channels_last", "backend.cudnn_benchmark", "backend.num_threads"):
+    if "distributed.bucket_cap_mb" in changed:
+        put("ddp_bucket_cap_mb", max(1, round(config.distributed.bucket_cap_mb)), _note("distributed.bucket_cap_mb", found))
+    for key in ("optimizer.impl", "layout.channels_last", "backend.cudnn_benchmark", "backend.num_threads",
+                "distributed.world_size", "distributed.gradient_as_bucket_view", "distributed.static_graph"):
         if key not in changed or (key == "optimizer.impl" and config.optimizer.impl == "fused"):
             continue
         value = changed[key]
@@ -222,7 +229,7 @@ def _lightning(report: Report, batch_size: int | None):
     if accum is not None and accum > 1:
         trainer["accumulate_grad_batches"] = accum
         tnotes["accumulate_grad_batches"] = (f"{_note('memory.micro_batch_size', found)}; micro-batches of {micro} "
-                                             f"keep the global batch of {micro * accum}")
+                                             f"keep the global batch of {micro * accum * config.distributed.world_size}")
     loader: dict[str, Any] = {}
     lnotes: dict[str, str] = {}
     if micro is not None:
@@ -242,6 +249,12 @@ def _lightning(report: Report, batch_size: int | None):
     if config.memory.activation_checkpointing:
         code.append(f"# memory.activation_checkpointing ({_note('memory.activation_checkpointing', found)}): "
                     f"{code_line('memory.activation_checkpointing', True)}")
+    ddp = {k.split(".", 1)[1]: v for k, v in changed.items() if k.startswith("distributed.") and k != "distributed.world_size"}
+    if config.distributed.world_size > 1:
+        trainer["devices"], tnotes["devices"] = config.distributed.world_size, "the workload's world size (a process a rank)"
+    if ddp:
+        code.append(f"trainer_kwargs['strategy'] = lightning.pytorch.strategies.DDPStrategy("
+                    f"{', '.join(f'{k}={v!r}' for k, v in ddp.items())})  # {_note('distributed.bucket_cap_mb', found)}")
     for key in ("precision.tf32", "layout.channels_last", "optimizer.impl", "backend.cudnn_benchmark",
                 "backend.num_threads", "data.non_blocking"):
         if key not in changed:
@@ -316,7 +329,9 @@ def _render_accelerate(report: Report, batch_size: int | None) -> str:
     amp_note = _note("precision.amp", found) if "precision.amp" in changed else "autotune's default: no autocast"
     lines = _header(report, "accelerate")
     lines.append("# use: accelerate launch --config_file accelerate.yaml train.py")
-    lines += ["compute_environment: LOCAL_MACHINE", "distributed_type: 'NO'", "num_machines: 1", "num_processes: 1",
+    world = config.distributed.world_size  # a process a rank
+    lines += ["compute_environment: LOCAL_MACHINE", "distributed_type: " + ("'NO'" if world == 1 else
+              f"MULTI_{'GPU' if report.device == 'cuda' else 'CPU'}"), "num_machines: 1", f"num_processes: {world}",
               "machine_rank: 0", f"use_cpu: {'true' if report.device == 'cpu' else 'false'}",
               f"mixed_precision: {amp}  # {amp_note}"]
     micro, accum = _batch(config, batch_size, "accelerate", required=config.memory.micro_batch_size is not None,
@@ -325,7 +340,7 @@ def _render_accelerate(report: Report, batch_size: int | None) -> str:
         # accelerate's config file has no such key outside deepspeed_config (it refuses unknown keys).
         lines.append(f"# gradient_accumulation_steps: {accum} ({_note('memory.micro_batch_size', found)}): "
                      f"Accelerator(gradient_accumulation_steps={accum}) with DataLoader(..., batch_size={micro}) "
-                     f"keeps the global batch of {micro * accum} (or ACCELERATE_GRADIENT_ACCUMULATION_STEPS={accum} "
+                     f"keeps the global batch of {micro * accum * config.distributed.world_size} (or ACCELERATE_GRADIENT_ACCUMULATION_STEPS={accum} "
                      "in the environment); accelerate's config file has no key for it")
     if config.compile.mode != "none":
         note = _note("compile.mode", found)
@@ -336,7 +351,7 @@ def _render_accelerate(report: Report, batch_size: int | None) -> str:
         lines.append("# data.non_blocking: Accelerator(dataloader_config=DataLoaderConfiguration(non_blocking=True))"
                      f"  # {_note('data.non_blocking', found)}")
     for key, value in changed.items():
-        if key in ("precision.amp", "compile.mode", "memory.micro_batch_size", "data.non_blocking"):
+        if key in ("precision.amp", "compile.mode", "memory.micro_batch_size", "data.non_blocking", "distributed.world_size"):
             continue
         lines.append(f"# {key}: {json.dumps(value)} ({_note(key, found)}): {code_line(key, value, report.device)}")
     return "\n".join(lines) + "\n"
@@ -345,12 +360,11 @@ def _render_accelerate(report: Report, batch_size: int | None) -> str:
 def _render_torchrun(report: Report, batch_size: int | None) -> str:
     config = _config(report)
     changed, found = _changed(config), gains(report)
-    _, accum = _batch(config, batch_size, "torchrun", required=False,
-                          recorded=report.batch_size)
+    _, accum = _batch(config, batch_size, "torchrun", required=False, recorded=report.batch_size)
     lines = _header(report, "torchrun")
     lines.append("# settings torchrun cannot pass; put these lines in train.py:")
     for key, value in changed.items():
-        if key == "backend.num_threads":
+        if key in ("backend.num_threads", "distributed.world_size"):
             continue
         lines.append(f"#   {key}: {json.dumps(value)} ({_note(key, found)}): "
                      f"{code_line(key, value, report.device, accum)}")
@@ -359,7 +373,7 @@ def _render_torchrun(report: Report, batch_size: int | None) -> str:
         lines.append(f"# backend.num_threads: {config.backend.num_threads} ({_note('backend.num_threads', found)}): "
                      "OMP_NUM_THREADS (torchrun would set it to 1 otherwise)")
         env = f"OMP_NUM_THREADS={config.backend.num_threads} "
-    lines.append(f"{env}torchrun --standalone --nproc_per_node=1 train.py")
+    lines.append(f"{env}torchrun --standalone --nproc_per_node={config.distributed.world_size} train.py")
     return "\n".join(lines) + "\n"
 
 

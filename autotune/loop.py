@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import torch
 from torch.utils.data import DataLoader
 
-from . import apply
+from . import apply, ranks
 from .config import TrainConfig
 from .errors import ConfigError, UserError, call_user
 from .workload import Workload, has_conv
@@ -74,6 +74,20 @@ def check_applicable(workload: Workload, config: TrainConfig, device: torch.devi
         )
     if config.precision.amp == "bf16" and cuda and not torch.cuda.is_bf16_supported():
         errors.append("precision.amp bf16 is not supported by this GPU; use fp16 or none")
+    world, declared = config.distributed.world_size, workload.world_size
+    if world != declared:
+        errors.append(f"distributed.world_size {world} differs from the workload's world_size {declared}: the "
+                      "world size comes from the workload (Workload(world_size=...) or --world-size); use a config "
+                      "for that world size")
+    elif world > 1 and mb is not None and workload.rank_batch % mb:
+        errors.append(f"memory.micro_batch_size {mb} does not divide the per-rank batch {workload.rank_batch} "
+                      f"(global batch {workload.batch_size} over {world} ranks); use a divisor of it or null")
+    elif world > 1 and mb is not None and mb < workload.rank_batch and config.distributed.static_graph:
+        # DDP records a static graph in its first step; one starting under no_sync() fails an
+        # internal assert in the reducer (measured with torch 2.13 on gloo).
+        errors.append("distributed.static_graph cannot be combined with micro-batches (memory.micro_batch_size "
+                      f"{mb} < per-rank batch {workload.rank_batch}: accumulation under no_sync()); "
+                      "set one of them back")
     if config.compile.mode != "none" and os.name == "nt":
         errors.append("compile.mode needs a platform torch.compile supports; use none")
     if errors:
@@ -83,9 +97,18 @@ def check_applicable(workload: Workload, config: TrainConfig, device: torch.devi
 class Trainer:
     """A model, optimizer and data loader built from a workload and a config, ready to step."""
 
-    def __init__(self, workload: Workload, config: TrainConfig, device: torch.device, seed: int = 0) -> None:
+    def __init__(self, workload: Workload, config: TrainConfig, device: torch.device, seed: int = 0,
+                 rank: ranks.RankSpec | None = None) -> None:
         check_applicable(workload, config, device)
+        self.rank = rank
+        if config.distributed.world_size > 1:  # first: a failure below must not leave other ranks at the rendezvous
+            if rank is None:
+                raise UserError(f"Workload {workload.name!r} has world_size {workload.world_size}: its ranks are "
+                                "started by autotune (profile, tune, train); build a Trainer with a RankSpec")
+            device = ranks.device_of(device, rank)
+            ranks.init_group(rank, device)
         self.workload, self.config, self.device, self.seed = workload, config, device, seed
+        self.rank_batch = workload.rank_batch  # samples this rank draws per optimizer step
         self.threads = apply.apply_backend(config, device)
         torch.manual_seed(seed)
         model = call_user("the workload's model factory", workload.model)
@@ -104,7 +127,7 @@ class Trainer:
         self.optimizer = apply.set_optimizer_impl(optimizer, config, f"config for workload {workload.name!r}")
         self.model = model
         self.scaler = apply.grad_scaler(config, device)
-        self.accum = apply.accumulation_steps(config, workload.batch_size)
+        self.accum = apply.accumulation_steps(config, self.rank_batch)
         self._autocast = apply.autocast(config, device)  # reusable: entered once per micro-step
         self._to_device = device.type != "cpu" or config.layout.channels_last
         self.dataset = workload.make_dataset()
@@ -115,11 +138,20 @@ class Trainer:
     def _make_loader(self) -> DataLoader:
         # The shuffle has a generator of its own: the DataLoader's also seeds workers (once
         # per iterator), which would shift later epochs' order with persistent workers.
+        # Under DDP each rank reads its own shard (an iterable dataset shards itself), in an
+        # order fixed by the seed and the epoch count.
         iterable = isinstance(self.dataset, torch.utils.data.IterableDataset)
-        sampler = None if iterable else torch.utils.data.RandomSampler(
-            self.dataset, generator=torch.Generator().manual_seed(self.seed))
+        self._epoch = 0
+        if iterable:
+            sampler = None
+        elif self.rank is not None:
+            sampler = torch.utils.data.DistributedSampler(self.dataset, num_replicas=self.rank.world_size,
+                                                          rank=self.rank.rank, shuffle=True, seed=self.seed,
+                                                          drop_last=True)
+        else:
+            sampler = torch.utils.data.RandomSampler(self.dataset, generator=torch.Generator().manual_seed(self.seed))
         with _workers_past_cores_allowed():
-            return DataLoader(self.dataset, batch_size=self.workload.batch_size, sampler=sampler, drop_last=True,
+            return DataLoader(self.dataset, batch_size=self.rank_batch, sampler=sampler, drop_last=True,
                               generator=torch.Generator().manual_seed(self.seed + 1),
                               collate_fn=self.workload.collate_fn, **apply.dataloader_kwargs(self.config))
 
@@ -142,6 +174,9 @@ class Trainer:
         empty_epochs = 0
         while True:
             got = False
+            if isinstance(self.loader.sampler, torch.utils.data.DistributedSampler):
+                self.loader.sampler.set_epoch(self._epoch)
+            self._epoch += 1
             with _workers_past_cores_allowed():
                 epoch = iter(self.loader)
             for b in epoch:
@@ -151,7 +186,7 @@ class Trainer:
                 empty_epochs += 1
                 if empty_epochs >= 1:
                     raise UserError(
-                        f"Workload {self.workload.name!r}: the dataset yielded no batch of {self.workload.batch_size} "
+                        f"Workload {self.workload.name!r}: the dataset yielded no batch of {self.rank_batch} "
                         "samples; give a dataset with at least batch_size samples."
                     )
 
@@ -160,8 +195,33 @@ class Trainer:
             return _NULL
         return torch.profiler.record_function(f"autotune::{name}")
 
+    def _micro_step(self, part: Any, clock) -> torch.Tensor:
+        """Forward and backward of one micro-batch; the (scaled-down) loss, detached."""
+        with self._autocast, self._range("forward"):
+            loss = call_user("the workload's loss", self.workload.loss, self.step_model, part)
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise UserError(
+                f"Workload {self.workload.name!r}: loss(model, batch) returned {shape}, not a scalar tensor; "
+                "reduce it (e.g. .mean()) before returning."
+            )
+        if not loss.requires_grad:
+            raise UserError(
+                f"Workload {self.workload.name!r}: loss(model, batch) returned a tensor without grad "
+                "(requires_grad=False), so there is nothing to backpropagate; the loss must depend on the "
+                "model's parameters (compute it from model(batch), and not under torch.no_grad() or .detach())."
+            )
+        if self.accum > 1:
+            loss = loss / self.accum
+        clock.mark("forward")
+        with self._range("backward"):
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
+        clock.mark("backward")
+        return loss.detach()
+
     def step(self, batch: Any, clock=None) -> torch.Tensor:
-        """One optimizer step on a global batch; returns the mean loss (not synchronised)."""
+        """One optimizer step on a batch (the global one; this rank's share under DDP); returns the mean
+        loss (not synchronised)."""
         clock = clock or NullClock()
         c = self.config
         if self._to_device:  # on CPU without channels_last every move is a no-op
@@ -169,29 +229,11 @@ class Trainer:
                 batch = apply.to_device(batch, c, self.device)
         clock.mark("h2d")
         total = None
-        parts = apply.micro_batches(batch, c, self.workload.batch_size) if self.accum > 1 else (batch,)
-        for part in parts:
-            with self._autocast, self._range("forward"):
-                loss = call_user("the workload's loss", self.workload.loss, self.step_model, part)
-            if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-                shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
-                raise UserError(
-                    f"Workload {self.workload.name!r}: loss(model, batch) returned {shape}, not a scalar tensor; "
-                    "reduce it (e.g. .mean()) before returning."
-                )
-            if not loss.requires_grad:
-                raise UserError(
-                    f"Workload {self.workload.name!r}: loss(model, batch) returned a tensor without grad "
-                    "(requires_grad=False), so there is nothing to backpropagate; the loss must depend on the "
-                    "model's parameters (compute it from model(batch), and not under torch.no_grad() or .detach())."
-                )
-            if self.accum > 1:
-                loss = loss / self.accum
-            clock.mark("forward")
-            with self._range("backward"):
-                (self.scaler.scale(loss) if self.scaler else loss).backward()
-            clock.mark("backward")
-            total = loss.detach() if total is None else total + loss.detach()
+        parts = apply.micro_batches(batch, c, self.rank_batch) if self.accum > 1 else (batch,)
+        for i, part in enumerate(parts):
+            with apply.no_sync(self.step_model, last=i == len(parts) - 1):
+                loss = self._micro_step(part, clock)
+            total = loss if total is None else total + loss
         with self._range("optimizer"):
             if self.scaler:
                 self.scaler.step(self.optimizer)
@@ -202,6 +244,30 @@ class Trainer:
         clock.mark("optimizer")
         self.steps_done += 1
         return total
+
+    def backward_s(self, batch: Any, sync: bool) -> float:
+        """Seconds of backward over one batch's micro-steps, with DDP's all-reduce (`sync`) or
+        all of it under `no_sync()`; the gradients are dropped, the model is unchanged. A
+        reference pass outside the measured windows (it synchronises a GPU to time itself)."""
+        wait = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        if self._to_device:
+            batch = apply.to_device(batch, self.config, self.device)
+        parts = apply.micro_batches(batch, self.config, self.rank_batch) if self.accum > 1 else (batch,)
+        clock = _BackwardTimer(wait)
+        for i, part in enumerate(parts):
+            with apply.no_sync(self.step_model, last=sync and i == len(parts) - 1):
+                self._micro_step(part, clock)
+        self.optimizer.zero_grad(set_to_none=True)
+        return clock.total
+
+    def gradient_bytes(self) -> int:
+        """Bytes of gradient the ranks all-reduce per optimizer step (every trainable parameter)."""
+        return sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
+
+    def close(self) -> None:
+        """Leave the process group (DDP); nothing to do for one process."""
+        if self.rank is not None:
+            ranks.close_group()
 
     def train(self, steps: int) -> list[float]:
         """Production training for `steps` optimizer steps; the losses as floats."""
@@ -221,6 +287,55 @@ class Trainer:
         sync()
         t_end = time.perf_counter()
         return TrainRun([float(x) for x in losses], t_end - t0, t_end - t_warm, steps - min(warmup, steps))
+
+
+class _BackwardTimer:
+    """A clock for `Trainer.backward_s`: sums the backward stages it is shown."""
+
+    def __init__(self, wait) -> None:
+        self.wait, self.total, self._t = wait, 0.0, 0.0
+
+    def mark(self, stage: str) -> None:
+        self.wait()
+        now = time.perf_counter()
+        if stage == "backward":
+            self.total += now - self._t
+        self._t = now
+
+
+def train_ranks(workload: Workload, config: TrainConfig, device: torch.device, seed: int, steps: int,
+                warmup: int) -> tuple[TrainRun, float]:
+    """`autotune train`: production training on every rank (rank 0 here, the others started
+    as processes); rank 0's run and the setup time. One process without DDP."""
+    check_applicable(workload, config, device)  # before any rank starts
+    t0 = time.perf_counter()
+    if config.distributed.world_size == 1:
+        trainer = Trainer(workload, config, device, seed=seed)
+        setup = time.perf_counter() - t0
+        return trainer.run(steps, warmup), setup
+    spec = ranks.RankSpec(0, config.distributed.world_size, ranks.free_port())
+    peers = ranks.Peers(workload.source, spec)
+    trainer = None
+    try:
+        peers.send({"cmd": "train", "target": workload.source, "config": config.flat(), "device": device.type,
+                    "seed": seed, "steps": steps, "warmup": warmup})
+        trainer = Trainer(workload, config, device, seed=seed, rank=spec)
+        setup = time.perf_counter() - t0
+        run = trainer.run(steps, warmup)
+        peers.gather()
+    except BaseException as exc:
+        if not isinstance(exc, KeyboardInterrupt):
+            cause = peers.failure()
+            if cause is not None:
+                peers.kill()
+                raise UserError(f"{cause.reason} (training with {spec.world_size} ranks)\n{cause.detail}") from None
+        peers.kill()
+        raise
+    finally:
+        if trainer is not None:
+            trainer.close()
+    peers.close()
+    return run, setup
 
 
 @dataclass

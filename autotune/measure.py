@@ -17,12 +17,12 @@ from typing import Any
 
 import torch
 
-from . import signals
+from . import comm, ranks, signals
 from .clock import STAGES, clock_for
 from .config import TrainConfig
-from .errors import UserError, call_user
+from .errors import TrialFailed, UserError, call_user
 from .faults import checkpoint
-from .loop import Trainer
+from .loop import Trainer, check_applicable
 from .record import ProtocolRecord, Signals, StageTime, StepTime, Summary
 from .workload import Workload
 
@@ -102,14 +102,31 @@ class Measurement:
     peak_memory_bytes: int | None = None
     peak_rss_bytes: int | None = None
     first_losses: list[float] = field(default_factory=list)
+    # DDP: `windows` are global (samples of every rank, the slowest rank's wall time) with
+    # rank 0's steps; `peer_windows[r - 1]` are rank r's own; `comm[r]` is rank r's
+    # communication reference (see `autotune.comm`).
+    world_size: int = 1
+    peer_windows: list[list[Window]] = field(default_factory=list)
+    comm: list[dict[str, Any]] = field(default_factory=list)
+
+    def _rank_windows(self) -> list[list[list[dict[str, float]]]]:
+        """Each rank's steps, window by window, communication split out of backward."""
+        out = []
+        for r, windows in enumerate([self.windows] + self.peer_windows):
+            fraction = self.comm[r]["fraction"] if r < len(self.comm) else 0.0
+            out.append([comm.split(w.steps, fraction) if self.world_size > 1 else w.steps for w in windows])
+        return out
 
     def summary(self) -> Summary:
-        steps = [s for w in self.windows for s in w.steps]
+        per_rank = self._rank_windows()
+        keys = STAGES + (("communication",) if self.world_size > 1 else ())
+        by_window = [[s for rank in per_rank for s in (rank[i] if i < len(rank) else [])] for i in range(len(self.windows))]
+        steps = [s for w in by_window for s in w]  # every rank's steps
         times = sorted(s["step"] for s in steps)
         n = max(1, len(steps))
         thr = [w.samples_per_s for w in self.windows]
         total_s = sum(w.wall_s + w.epoch_cost_s for w in self.windows)
-        stage_s = {k: sum(s[k] for s in steps) / n for k in STAGES}
+        stage_s = {k: sum(s[k] for s in steps) / n for k in keys}
         step_mean = sum(stage_s.values())
         return Summary(
             config=self.config,
@@ -121,20 +138,35 @@ class Measurement:
             samples_per_s=sum(w.samples for w in self.windows) / total_s if total_s else 0.0,
             windows_samples_per_s=thr,
             window_cv=statistics.pstdev(thr) / statistics.mean(thr) if len(thr) > 1 and statistics.mean(thr) else 0.0,
-            stages={k: StageTime(s=v, share=v / step_mean if step_mean else 0.0) for k, v in stage_s.items()},
-            window_stage_shares=[_shares(w.steps) for w in self.windows if w.steps],
+            stages=_stage_times(stage_s),
+            window_stage_shares=[_shares(w, keys) for w in by_window if w],
             peak_memory_bytes=self.peak_memory_bytes,
             peak_rss_bytes=self.peak_rss_bytes,
             one_time=self.one_time,
             signals=Signals(**self.signals),
-            measured_steps=len(steps),
+            measured_steps=sum(len(w.steps) for w in self.windows),
             first_losses=self.first_losses,
+            world_size=self.world_size,
+            rank_stages=[_stage_times({k: sum(s[k] for w in rank for s in w) / max(1, sum(len(w) for w in rank))
+                                       for k in keys}) for rank in per_rank] if self.world_size > 1 else [],
         )
 
 
-def _shares(steps: list[dict[str, float]]) -> dict[str, float]:
+def _stage_times(stage_s: dict[str, float]) -> dict[str, StageTime]:
+    whole = sum(stage_s.values())
+    return {k: StageTime(s=v, share=v / whole if whole else 0.0) for k, v in stage_s.items()}
+
+
+def _merge(own: Window, peers: list[Window]) -> Window:
+    """One global window: the samples of every rank over the slowest rank's wall time."""
+    every = [own] + peers
+    return Window(samples=sum(w.samples for w in every), wall_s=max(w.wall_s for w in every), steps=own.steps,
+                  losses=own.losses, epoch_cost_s=max(w.epoch_cost_s for w in every))
+
+
+def _shares(steps: list[dict[str, float]], keys: tuple[str, ...] = STAGES) -> dict[str, float]:
     """One window's stage shares of its summed step time."""
-    total = {k: sum(s[k] for s in steps) for k in STAGES}
+    total = {k: sum(s[k] for s in steps) for k in keys}
     whole = sum(total.values())
     return {k: (v / whole if whole else 0.0) for k, v in total.items()}
 
@@ -145,11 +177,46 @@ class Session:
     def __init__(self, workload: Workload, config: TrainConfig, device: torch.device, protocol: Protocol) -> None:
         self.protocol, self.device = protocol, device
         t0 = time.perf_counter()
-        self.trainer = Trainer(workload, config, device, seed=protocol.seed)
-        self.result = Measurement(config=config.flat())
+        world = config.distributed.world_size
+        spec, self.peers = ranks.RankSpec.from_env() if world > 1 else None, None
+        if world > 1 and spec is None:  # rank 0: start the other ranks, which open the same session
+            check_applicable(workload, config, device)  # a config that cannot run starts no rank
+            spec = ranks.RankSpec(0, world, ranks.free_port())
+            self.peers = ranks.Peers(workload.source, spec)
+            self.peers.send({"cmd": "open", "target": workload.source, "config": config.flat(),
+                             "device": device.type, "protocol": asdict(protocol)})
+        self.trainer = self._together(None, lambda: Trainer(workload, config, device, seed=protocol.seed, rank=spec))
+        self.device = self.trainer.device
+        self.result = Measurement(config=config.flat(), world_size=world, peer_windows=[[] for _ in range(world - 1)])
         self.result.one_time["setup_s"] = time.perf_counter() - t0
         self._first = True
         self._stream = None
+
+    def _together(self, cmd: dict | None, fn):
+        """`fn()` here while the other ranks obey `cmd`; their replies. A rank's failure fails
+        all: rank 0 reports the other rank's reason (its own error is then the broken
+        collective) and no rank outlives it."""
+        if self.peers is None:
+            return fn()
+        if cmd is not None:
+            self.peers.send(cmd)
+        try:
+            out = fn()
+            replies = self.peers.gather()
+        except BaseException as exc:
+            cause = None if isinstance(exc, (KeyboardInterrupt, TrialFailed)) else self.peers.failure(wait_s=3.0)
+            self.peers.kill()
+            ranks.close_group()  # the group is broken: the next session in this process opens its own
+            if cause is not None:
+                raise cause from exc
+            raise
+        return out if cmd is None else (out, replies)
+
+    def close(self, kill: bool = False) -> None:
+        """End the other ranks and leave the process group (a no-op for one process)."""
+        if self.peers is not None:
+            self.peers.kill() if kill else self.peers.close()
+        self.trainer.close()
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -176,7 +243,19 @@ class Session:
         return b if b is not None else self._next()
 
     def window(self) -> Window:
-        """One protocol window: fresh iterator, warm-up, measured steps."""
+        """One protocol window: fresh iterator, warm-up, measured steps (on every rank)."""
+        if self.peers is None:
+            w = self._window()
+        else:
+            own, replies = self._together({"cmd": "window"}, self._window)
+            theirs = [Window(**r["window"]) for r in replies]
+            for r, pw in enumerate(theirs):
+                self.result.peer_windows[r].append(pw)
+            w = _merge(own, theirs)
+        self.result.windows.append(w)
+        return w
+
+    def _window(self) -> Window:
         checkpoint("window")
         warmup, steps = self.protocol.plan(self.trainer.in_flight)
         torch.set_num_threads(self.trainer.threads)  # another session may share this process
@@ -205,10 +284,8 @@ class Session:
         if not self.result.first_losses:
             self.result.first_losses = values
         wall = t_end - t_start
-        w = Window(samples=steps * self.trainer.workload.batch_size, wall_s=wall, steps=clock.resolve(),
-                   losses=values[-steps:], epoch_cost_s=self._epoch_cost(epoch_start, wall / steps, steps))
-        self.result.windows.append(w)
-        return w
+        return Window(samples=steps * self.trainer.rank_batch, wall_s=wall, steps=clock.resolve(),
+                      losses=values[-steps:], epoch_cost_s=self._epoch_cost(epoch_start, wall / steps, steps))
 
     def _epoch_cost(self, epoch_start: float, step_s: float, steps: int) -> float:
         """`steps` steps' share of an epoch boundary: the first batch's wait beyond a step."""
@@ -219,7 +296,15 @@ class Session:
         return max(0.0, epoch_start - step_s) * steps / per_epoch
 
     def profile(self, trace_path: str | None = None) -> dict[str, Any]:
-        """A short profiled run after the windows: diagnosis signals and peak memory."""
+        """A short profiled run after the windows: diagnosis signals and peak memory; under DDP
+        also each rank's communication reference."""
+        if self.peers is None:
+            return self._profile(trace_path)
+        sig, replies = self._together({"cmd": "profile", "trace": None}, lambda: self._profile(trace_path))
+        self.result.comm += [r["comm"][0] for r in replies]
+        return sig
+
+    def _profile(self, trace_path: str | None) -> dict[str, Any]:
         self._open_stream()
         for _ in range(self.protocol.warmup_steps):
             self.trainer.step(self._batch())
@@ -239,6 +324,13 @@ class Session:
         self.trainer.annotate = True
         try:
             sig = signals.collect(run, self.protocol.profile_steps, self.device, trace_path)
+            self.trainer.annotate = False
+            if self.result.world_size > 1:
+                ref = comm.reference(lambda sync: self.trainer.backward_s(self._batch(), sync),
+                                     max(3, self.protocol.profile_steps))
+                self.result.comm = [ref]
+                sig.update(world_size=self.result.world_size, allreduce_bytes_per_step=self.trainer.gradient_bytes(),
+                           backward_synced_s=ref["synced_backward_s"], backward_local_s=ref["local_backward_s"])
         finally:
             self.trainer.annotate = False
             self._close_stream()
@@ -257,9 +349,12 @@ def measure(workload: Workload, config: TrainConfig, device: torch.device, proto
             trace_path: str | None = None, on_window=None) -> Measurement:
     """All windows of one config in this process, then the profiled run."""
     session = Session(workload, config, device, protocol)
-    for i in range(protocol.windows):
-        w = session.window()
-        if on_window:
-            on_window(i, w)
-    session.profile(trace_path)
+    try:
+        for i in range(protocol.windows):
+            w = session.window()
+            if on_window:
+                on_window(i, w)
+        session.profile(trace_path)
+    finally:
+        session.close()
     return session.result

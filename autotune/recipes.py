@@ -25,7 +25,9 @@ from .record import Bottleneck
 # The shipped recipe files: `recipes/` at the repository's top level, installed inside the
 # wheel as the data package `autotune.recipe_files` (see pyproject.toml's package-dir).
 SHIPPED_PACKAGE = "autotune.recipe_files"
-FACTS = ("conv", "checkpoint_blocks")
+FACTS = ("conv", "checkpoint_blocks", "distributed")
+_NEEDS = {"conv": "a convolutional model", "checkpoint_blocks": "Workload.checkpoint_blocks",
+          "distributed": "a distributed workload (Workload.world_size > 1)"}
 MAX_TRIALS = 10_000  # a recipe's own trial count; --trials bounds the run as a whole
 
 
@@ -137,7 +139,7 @@ class Recipe:
             return False, f"only for {', '.join(self.devices)}"
         missing = [r for r in self.requires if not facts.get(r)]
         if missing:
-            return False, "needs " + ", ".join({"conv": "a convolutional model", "checkpoint_blocks": "Workload.checkpoint_blocks"}[m] for m in missing)
+            return False, "needs " + ", ".join(_NEEDS[m] for m in missing)
         return True, ""
 
     def space(self, device: str, cores: int, batch: int) -> dict[str, list[Any]]:

@@ -86,6 +86,11 @@ class Signals(Record):
     gpu_busy: float | None = None
     short_kernel_share: float | None = None
     pageable_copies_per_step: float | None = None
+    world_size: int | None = Field(None, description="DDP ranks (set only for a distributed step).")
+    allreduce_bytes_per_step: int | None = Field(None, description="Gradient bytes each rank all-reduces per step.")
+    backward_synced_s: float | None = Field(None, description="Rank 0's median backward with DDP's all-reduce "
+                                            "(reference passes after the windows).")
+    backward_local_s: float | None = Field(None, description="Rank 0's median backward under no_sync() (no all-reduce).")
 
 
 class Summary(Record):
@@ -106,6 +111,10 @@ class Summary(Record):
     measured_steps: int = 0
     first_losses: list[float] = Field(default_factory=list)
     wall_s: float | None = Field(None, description="Wall time of the whole measurement, start-up included (s).")
+    world_size: int = Field(1, description="Ranks that ran the step (DDP); throughput counts the samples of all.")
+    rank_stages: list[dict[str, StageTime]] = Field(
+        default_factory=list, description="Stage times of each rank (index = rank), communication included; "
+                                          "empty for one process.")
 
 
 class Waste(Record):

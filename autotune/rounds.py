@@ -94,7 +94,7 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     # The incumbent is part of the round's identity: a resumed run that reaches this round
     # from another config searches a study of its own (Optuna's spaces cannot change).
     name = f"{ctx.study}/{round_no:02d}-{recipe.name}-{_digest(state.config.flat())}"
-    space = recipe.space(runner.device.type, machine.cores(), runner.workload.batch_size)
+    space = recipe.space(runner.device.type, machine.cores(), runner.workload.rank_batch)  # one rank's batch
     search = RecipeSearch(ctx.storage, name, space, state.config, runner, ctx.constraints, ctx.seed,
                           each_knob_first=recipe.each_knob_first, pool=ctx.pool)
     n = min(recipe.trials, trials_left)

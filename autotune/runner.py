@@ -68,6 +68,8 @@ class TrialRunner(TypingProtocol):
 
 def classify(exc: BaseException) -> TrialFailed:
     """The `TrialFailed` an exception raised while measuring stands for."""
+    if isinstance(exc, TrialFailed):  # already classified (another DDP rank's failure)
+        return exc
     inner = exc.exc if isinstance(exc, UserCodeError) else exc
     if isinstance(inner, torch.OutOfMemoryError) or "out of memory" in str(inner).lower():
         kind = FailureKind.OOM
@@ -104,6 +106,8 @@ class InProcessHandle:
         return self.session.result.summary()
 
     def close(self, kill: bool = False) -> None:
+        if self.session is not None:
+            self.session.close(kill)
         self.session = None
 
 
@@ -213,6 +217,10 @@ class WorkerHandle:
         self.err.close()
 
 
+def _group_open() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
 def oom_kills() -> int:
     """How many processes the kernel's OOM killer ended in this cgroup (0 where unknown)."""
     for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
@@ -238,7 +246,9 @@ class Runner:
 
     def open(self, config: TrainConfig, trials: float = 1.0) -> Handle:
         """A handle for `config` that may live as long as `trials` trials (timeout each)."""
-        if self.isolate:
+        # One process holds one DDP process group: a second DDP session open at once (an
+        # interleaved comparison) runs its rank 0 in a worker process even in-process.
+        if self.isolate or (config.distributed.world_size > 1 and _group_open() and self.target):
             return WorkerHandle(self.target, config, self.device, self.protocol, self.timeout_s * trials)
         return InProcessHandle(self.workload, config, self.device, self.protocol)
 

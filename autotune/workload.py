@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from .config import TrainConfig
 from .errors import UserCodeError, UserError, call_user
 
 
@@ -32,6 +33,8 @@ class Workload:
         batch_size: The global batch per optimizer step; autotune never changes it.
         collate_fn: Optional, passed to the DataLoader.
         checkpoint_blocks: Module types that activation checkpointing may wrap.
+        world_size: Processes training together with DistributedDataParallel (1: no DDP);
+            each rank draws `batch_size / world_size` samples per step, so it must divide.
     """
 
     name: str
@@ -42,6 +45,9 @@ class Workload:
     batch_size: int
     collate_fn: Callable | None = None
     checkpoint_blocks: tuple[type, ...] = field(default_factory=tuple)
+    world_size: int = 1
+    # The target it was loaded from (set by `load_workload`): what the other ranks load.
+    source: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         errors = []
@@ -57,6 +63,11 @@ class Workload:
         if not (callable(self.dataset) or _dataset_like(self.dataset)):
             errors.append(f"dataset must be a torch Dataset (or anything with __getitem__ and __len__, or __iter__) "
                           f"or a factory returning one, got {type(self.dataset).__name__}")
+        if not isinstance(self.world_size, int) or isinstance(self.world_size, bool) or self.world_size < 1:
+            errors.append(f"world_size must be a positive int (processes training together), got {_short(self.world_size)}")
+        elif isinstance(self.batch_size, int) and self.batch_size % self.world_size:
+            errors.append(f"batch_size {self.batch_size} (the global batch) must divide evenly over world_size "
+                          f"{self.world_size} ranks; give a multiple of {self.world_size}")
         if self.collate_fn is not None and not callable(self.collate_fn):
             errors.append(f"collate_fn must be callable or None, got {type(self.collate_fn).__name__}")
         blocks = self.checkpoint_blocks
@@ -75,6 +86,15 @@ class Workload:
         if errors:
             label = repr(self.name) if isinstance(self.name, str) else "(unnamed)"
             raise UserError(f"Workload {label} is invalid: " + "; ".join(errors) + ".")
+
+    @property
+    def rank_batch(self) -> int:
+        """Samples each rank draws per optimizer step (the global batch with one process)."""
+        return self.batch_size // self.world_size
+
+    def base_config(self) -> TrainConfig:
+        """The default config for this workload: defaults everywhere, its world size recorded."""
+        return TrainConfig().with_changes({"distributed.world_size": self.world_size})
 
     def make_dataset(self) -> Any:
         ds = self.dataset
@@ -131,7 +151,8 @@ def facts(workload: Workload) -> dict[str, bool]:
     """What recipes may require, found by looking at a freshly built model."""
     torch.manual_seed(0)
     model = call_user("the workload's model factory", workload.model)
-    return {"conv": has_conv(model), "checkpoint_blocks": bool(workload.checkpoint_blocks)}
+    return {"conv": has_conv(model), "checkpoint_blocks": bool(workload.checkpoint_blocks),
+            "distributed": workload.world_size > 1}
 
 
 def load_module_from_file(path: Path, target: str):
@@ -219,4 +240,16 @@ def load_workload(target: str) -> Workload:
             f"target {target!r}: {func_name}() returned {type(wl).__name__}, not an autotune.Workload; "
             "return autotune.Workload(name=..., model=..., dataset=..., optimizer=..., loss=..., batch_size=...)."
         )
+    wl.source = target
     return wl
+
+
+def with_world_size(workload: Workload, world_size: int | None) -> Workload:
+    """The workload with its world size replaced (a `--world-size` flag); checked as a new one."""
+    if world_size is None or world_size == workload.world_size:
+        return workload
+    import dataclasses
+
+    out = dataclasses.replace(workload, world_size=world_size)
+    out.source = workload.source
+    return out

@@ -26,6 +26,10 @@ DESIGN_KEYS = {
     "optimizer.impl": "default",
     "backend.cudnn_benchmark": False,
     "backend.num_threads": None,
+    "distributed.world_size": 1,
+    "distributed.bucket_cap_mb": 25.0,
+    "distributed.gradient_as_bucket_view": False,
+    "distributed.static_graph": False,
 }
 
 NON_DEFAULT = {
@@ -43,6 +47,10 @@ NON_DEFAULT = {
     "optimizer.impl": "fused",
     "backend.cudnn_benchmark": True,
     "backend.num_threads": 1,
+    "distributed.world_size": 2,
+    "distributed.bucket_cap_mb": 5.0,
+    "distributed.gradient_as_bucket_view": True,
+    "distributed.static_graph": True,
 }
 
 
@@ -93,7 +101,7 @@ def test_yaml_is_grouped_by_section_with_comments(tmp_path):
     cfg = from_flat({"data.num_workers": 2})
     text = to_yaml(cfg, comments={"data.num_workers": "measured 1.8x"})
     parsed = yaml.safe_load(text)
-    assert set(parsed) == {"data", "precision", "compile", "memory", "layout", "optimizer", "backend"}
+    assert set(parsed) == {"data", "precision", "compile", "memory", "layout", "optimizer", "backend", "distributed"}
     assert parsed["data"]["num_workers"] == 2
     assert "# measured 1.8x" in text
     path = tmp_path / "out" / "tuned.yaml"
@@ -234,7 +242,8 @@ def test_assignment_is_validated():
 def test_json_schema_describes_every_section_and_key():
     schema = json_schema()
     json.dumps(schema)  # serialisable
-    assert set(schema["properties"]) == {"data", "precision", "compile", "memory", "layout", "optimizer", "backend"}
+    assert set(schema["properties"]) == {"data", "precision", "compile", "memory", "layout", "optimizer", "backend",
+                                        "distributed"}
     defs = schema["$defs"]
     by_section = {
         "DataConfig": {"num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "non_blocking"},

@@ -74,7 +74,9 @@ def measurement_lines(summary: Summary) -> list[str]:
         f"windows (samples/s): {wins}   spread (CV) {summary.window_cv:.1%}",
         f"peak memory {format_bytes(summary.peak_memory_bytes)} (tensors)   peak RSS {format_bytes(summary.peak_rss_bytes)}",
         "one-time: " + escape(", ".join(f"{k} {v:.3f} s" for k, v in summary.one_time.items())),
-    ]
+    ] + [f"rank {r} (of {summary.world_size}, global throughput above): " + ", ".join(
+        f"{k} {_ms(v.s)} ms ({v.share:.0%})" for k, v in stages.items() if v.s > 0)
+        for r, stages in enumerate(summary.rank_stages)]
 
 
 def verdict_lines(v: Verdict) -> list[str]:
