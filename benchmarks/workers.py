@@ -88,8 +88,15 @@ def to_markdown(res: dict[str, Any]) -> str:
                      f"{sp.get('ratio') or 0:.2f}x |")
     lines += ["", f"- search wall time, 1 worker over 2: **{res['search_ratio']:.2f}x** (ceiling 2x with two cores)",
               f"- whole run, 1 worker over 2: {res['wall_ratio']:.2f}x (baseline, A/A and comparisons stay serial)",
-              f"- same chosen config: {'yes' if res['same_config'] else 'no'}", ""]
+              f"- same chosen config: {'yes' if res['same_config'] else 'no'}" + _differences(one, two), ""]
     return "\n".join(lines)
+
+
+def _differences(one: dict[str, Any], two: dict[str, Any]) -> str:
+    a, b = one["final_config"], two["final_config"]
+    keys = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return (" (they differ in " + ", ".join(f"`{k}`: {a.get(k)!r} with 1 worker, {b.get(k)!r} with 2" for k in keys)
+            + ")") if keys else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a smoke run: tiny protocol and 3 trials")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--md", metavar="FILE")
+    p.add_argument("--render", metavar="JSON", help="write the Markdown of an earlier run's JSON and exit")
     args = p.parse_args(argv)
+    if args.render:
+        emit(to_markdown(json.loads(Path(args.render).read_text())), lambda: "", None, args.md)
+        return 0
     if len(core_set()) < 2:
         print(f"{PROG}: needs two cores; this process may use {len(core_set())}", file=sys.stderr)
         return 2
