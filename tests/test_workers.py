@@ -44,6 +44,20 @@ def _finish(proc: subprocess.Popen, timeout: float = 400) -> tuple[int, str, str
     return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 
+def _wait_paused(worker: subprocess.Popen, coord: subprocess.Popen, marker, timeout: float = 600) -> None:
+    """Until the worker stops at its pause point; if it or the coordinator ends first, both outputs."""
+    deadline = time.time() + timeout
+    while not marker.exists():
+        if worker.poll() is not None or coord.poll() is not None or time.time() > deadline:
+            for p in (worker, coord):
+                if p.poll() is None:
+                    p.kill()
+            outs = [_finish(p, 30) for p in (worker, coord)]
+            pytest.fail("no worker reached its pause point:\nworker: " + outs[0][1][-1500:] + outs[0][2][-1500:]
+                        + "\ncoordinator: " + outs[1][1][-2500:] + outs[1][2][-2500:])
+        time.sleep(0.2)
+
+
 def _no_leftovers(tag: str) -> None:
     deadline = time.time() + 20
     while tagged_processes(tag) and time.time() < deadline:
@@ -81,11 +95,11 @@ def test_a_worker_killed_mid_trial_loses_nothing(example, tmp_path, kind):
     coord = subprocess.Popen([sys.executable, "-m", "autotune", "tune", example("input_bound"), "--out",
                               str(tmp_path / "run"), "--study", study, "--workers", "0", *FAST],
                              env=_env(tag, url), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    worker = [sys.executable, "-m", "autotune", "worker", "--study", study, "--idle-timeout", "5m"]
+    worker = [sys.executable, "-m", "autotune", "worker", "--study", study, "--idle-timeout", "0"]
     # The first worker takes the first trial and stops inside it; only then does the second start.
     a = subprocess.Popen(worker, env=_env(tag, url, AUTOTUNE_PAUSE_AT="trial", AUTOTUNE_PAUSE_FILE=str(marker)),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    wait_paused(a, marker, timeout=300)
+    _wait_paused(a, coord, marker)
     b = subprocess.Popen(worker, env=_env(tag, url), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     os.killpg(a.pid, signal.SIGKILL)
     a.wait()
