@@ -31,6 +31,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--examples", metavar="A,B", help=f"only these examples (default all: {', '.join(c.name for c in CASES)})")
     p.add_argument("--seed", type=int, default=0, help="sampler seed for blind Optuna and autotune (default 0)")
     p.add_argument("--no-extras", action="store_true", help="skip the false-acceptance runs and the overhead benchmark")
+    p.add_argument("--no-overhead", action="store_true", help="skip the overhead benchmark only "
+                   "(python -m benchmarks.overhead runs it on its own)")
     p.add_argument("--measure-grid", action="store_true",
                    help="measure every config of each example's grid again and rewrite benchmarks/grids/<example>.json "
                         "(otherwise the stored grid is read, and refused when measured on another machine)")
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"stored {where}")
             return EXIT_OK
         report = suite.run(cases, quick=args.quick, seed=args.seed, extras=not args.no_extras, log=log,
-                           measure_grid=args.measure_grid, grid_dir=folder)
+                           measure_grid=args.measure_grid, grid_dir=folder, overhead=not args.no_overhead)
     except (UserError, UserCodeError, KeyboardInterrupt) as exc:
         print(explain(exc, whose="an example's own code"), file=sys.stderr)
         return exit_code(exc)

@@ -137,6 +137,10 @@ def svg(cases: list[dict[str, Any]]) -> str:
                 y = top + h - min(frac, 1.1) / 1.1 * h
                 out.append(f'<line x1="{x0}" x2="{x0 + w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
                            f'<text x="{x0 - 30}" y="{y + 4:.1f}">{frac:g}</text>')
+            if panel == 0 and a["grid_trials"] >= 8:  # the target: a quarter of the grid's trials
+                xq = x0 + (a["grid_trials"] / 4 - 1) / max(1, n_max - 1) * w
+                out.append(f'<line x1="{xq:.1f}" x2="{xq:.1f}" y1="{top}" y2="{top + h}" stroke="#999" '
+                           f'stroke-dasharray="3,3"/><text x="{xq + 2:.1f}" y="{top + 12}" fill="#666">1/4 grid</text>')
             lo = "1" if panel == 0 else f"{t_lo:.1f}"
             hi = str(n_max) if panel == 0 else f"{t_hi:.0f}"
             out.append(f'<text x="{x0}" y="{top + h + 13}">{lo}</text>'

@@ -33,12 +33,12 @@ MiB = 2**20
 LOADER = {"data.num_workers": [0, 1, 2, 4, 8, 16], "data.prefetch_factor": [2, 4],
           "data.persistent_workers": [False, True], "backend.num_threads": [None, 1]}
 INPUT_GRID = {**LOADER, "optimizer.impl": ["default", "foreach"]}
-DECODE_GRID = {**LOADER, "data.num_workers": [0, 1, 2, 3, 4, 8]}  # CPU-bound decoding: workers past the cores only cost
+DECODE_GRID = {**LOADER, "data.num_workers": [0, 1, 2, 3, 4]}  # CPU-bound decoding: workers past the cores only cost
 COMPUTE_GRID = {"optimizer.impl": ["default", "foreach", "fused"], "precision.amp": ["none", "bf16"],
-                "compile.mode": ["none", "default"], "data.num_workers": [0, 2], "backend.num_threads": [None, 1]}
+                "compile.mode": ["none", "default"], "backend.num_threads": [None, 1]}
 MEMORY_GRID = {"memory.micro_batch_size": [None, 512, 256, 128, 64], "memory.activation_checkpointing": [False, True],
                "precision.amp": ["none", "bf16"]}
-CONV_GRID = {"data.num_workers": [0, 1, 2, 4], "backend.num_threads": [None, 1], "layout.channels_last": [False, True],
+CONV_GRID = {"data.num_workers": [0, 1, 2], "backend.num_threads": [None, 1], "layout.channels_last": [False, True],
              "optimizer.impl": ["default", "foreach"]}
 NO_LIMIT = ("micro-batch and activation checkpointing (memory recipes: with no memory limit they only cost speed, "
             "and the agent tries them only on a memory verdict)")
@@ -125,7 +125,7 @@ class Case:
                 "held": self.held}
 
 
-HELD_LOADER = "prefetch 2, no persistent workers (no data to wait for: in-memory tensors)"
+HELD_LOADER = "data-loader workers (in-memory tensors: no data to wait for; the grid keeps the loader recipe's thread knob)"
 CASES: tuple[Case, ...] = (
     Case("input_bound", "input", grid=INPUT_GRID, rule_floor=True,
          note="2 ms I/O latency per sample: workers past the core count keep helping",
@@ -133,7 +133,8 @@ CASES: tuple[Case, ...] = (
     Case("decode_bound", "input", grid=DECODE_GRID,
          note="2 ms of pure-Python decoding per sample: workers help only up to the cores",
          held="the optimizer implementation, bf16 and compile (the step waits on decoding; bf16 is 7-20x slower on "
-              f"this CPU; a grid config with 8 or 16 workers took 30-40 s to measure here); {NO_LIMIT}"),
+              f"this CPU); workers stop at 4 (2 x cores: decoding is CPU-bound, and a config with 8 or 16 workers took "
+              f"30-90 s to measure here); {NO_LIMIT}"),
     Case("compute_bound", "compute", fn="workload", kwargs={"width": 1024, "batch_size": 16}, grid=COMPUTE_GRID,
          note="wide MLP, in-memory data; batch 16 keeps bf16 trials affordable where bf16 is emulated (20x slower)",
          held=f"{HELD_LOADER}; {NO_LIMIT}"),
@@ -149,16 +150,16 @@ CASES: tuple[Case, ...] = (
     Case("sync_bound", "sync", grid=COMPUTE_GRID,
          note="an .item() every step: no recipe fixes user code, autotune reports it; the grid shows what knobs give",
          held=f"{HELD_LOADER}; {NO_LIMIT}"),
-    Case("resnet_jpeg", "", fn="small", grid=CONV_GRID,
-         note="realistic: ResNet-18 layout at width 16 on 32x32 crops of JPEG bytes decoded in __getitem__ (PIL)",
-         held="bf16 (16x slower on this CPU: 3.3 s a step at the default size) and compile (its first compilation "
-              f"took minutes here); prefetch 2, no persistent workers; {NO_LIMIT}"),
     Case("gpt", "", fn="small", grid=COMPUTE_GRID,
          note="realistic: a nanoGPT-style decoder (2 layers, 64 wide, context 32) with AdamW on token windows",
          held=f"{HELD_LOADER}; {NO_LIMIT}"),
     Case("transformer_encoder", "", fn="small", grid=COMPUTE_GRID,
          note="realistic: nn.TransformerEncoder classifier (2 layers, 64 wide) on padded variable-length sequences",
          held=f"{HELD_LOADER}; {NO_LIMIT}"),
+    Case("resnet_jpeg", "", fn="small", grid=CONV_GRID,
+         note="realistic: ResNet-18 layout at width 16 on 32x32 crops of JPEG bytes decoded in __getitem__ (PIL)",
+         held="bf16 (16x slower on this CPU: 3.3 s a step at the default size) and compile (its first compilation "
+              f"took minutes here); prefetch 2, no persistent workers, at most 2 workers (the cores); {NO_LIMIT}"),
 )
 
 # --quick: tiny workloads and two- to four-config grids, a smoke test of the whole pipeline.

@@ -262,7 +262,8 @@ def overheads(quick: bool, log: Log) -> dict[str, Any]:
 
 
 def run(cases: list[Case], quick: bool = False, seed: int = 0, device: str = "cpu", extras: bool = True,
-        log: Log = lambda s: None, measure_grid: bool = False, grid_dir: Path | None = None) -> dict[str, Any]:
+        log: Log = lambda s: None, measure_grid: bool = False, grid_dir: Path | None = None,
+        overhead: bool = True) -> dict[str, Any]:
     t0 = time.perf_counter()
     dev = torch.device(device)
     protocol = QUICK_PROTOCOL if quick else PROTOCOL
@@ -278,7 +279,7 @@ def run(cases: list[Case], quick: bool = False, seed: int = 0, device: str = "cp
             placebo = false_acceptances(pcase, QUICK_PLACEBO_RUNS if quick else PLACEBO_RUNS, dev, protocol, log, seed)
     finally:
         torch.set_num_threads(threads)
-    over = overheads(quick, log) if extras else None
+    over = overheads(quick, log) if extras and overhead else None
     torch.set_num_threads(threads)
     total = time.perf_counter() - t0
     applied, notes = rule.config(dev)
