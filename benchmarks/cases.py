@@ -36,8 +36,11 @@ INPUT_GRID = {**LOADER, "optimizer.impl": ["default", "foreach"]}
 DECODE_GRID = {**LOADER, "data.num_workers": [0, 1, 2, 3, 4]}  # CPU-bound decoding: workers past the cores only cost
 COMPUTE_GRID = {"optimizer.impl": ["default", "foreach", "fused"], "precision.amp": ["none", "bf16"],
                 "compile.mode": ["none", "default"], "backend.num_threads": [None, 1]}
-MEMORY_GRID = {"memory.micro_batch_size": [None, 512, 256, 128, 64], "memory.activation_checkpointing": [False, True],
-               "precision.amp": ["none", "bf16"]}
+MEMORY_GRID = {"memory.micro_batch_size": [None, 512, 256, 128, 64], "memory.activation_checkpointing": [False, True]}
+FP32_GRID = {"optimizer.impl": ["default", "foreach", "fused"], "compile.mode": ["none", "default"],
+             "backend.num_threads": [None, 1]}
+BF16_COST = ("bf16 (emulated on this CPU: in compute_bound's grid every bf16 config was 2-10x slower and took 15-36 s "
+             "to measure; in memory_bound's, 130-180 s each)")
 CONV_GRID = {"data.num_workers": [0, 1, 2], "backend.num_threads": [None, 1], "layout.channels_last": [False, True],
              "optimizer.impl": ["default", "foreach"]}
 NO_LIMIT = ("micro-batch and activation checkpointing (memory recipes: with no memory limit they only cost speed, "
@@ -145,17 +148,17 @@ CASES: tuple[Case, ...] = (
          grid=MEMORY_GRID, memory_limit=8 * MiB, isolate=True,
          note="residual MLP whose activations dominate (batch 1024, width 128): about 14 MiB by default, "
               "8 MiB allowed; micro-batches or checkpointing must make it fit",
-         held="the data loader (in-memory tensors), compile (a fresh process per measurement compiles cold: "
-              "10-15 s each) and the optimizer implementation (each isolated measurement costs ~15 s here)"),
-    Case("sync_bound", "sync", grid=COMPUTE_GRID,
+         held=f"{BF16_COST}, the data loader (in-memory tensors), compile (a fresh process per measurement compiles "
+              "cold: 10-15 s each) and the optimizer implementation (each isolated measurement costs 20-50 s here)"),
+    Case("sync_bound", "sync", grid=FP32_GRID,
          note="an .item() every step: no recipe fixes user code, autotune reports it; the grid shows what knobs give",
-         held=f"{HELD_LOADER}; {NO_LIMIT}"),
-    Case("gpt", "", fn="small", grid=COMPUTE_GRID,
+         held=f"{BF16_COST}; {HELD_LOADER}; {NO_LIMIT}"),
+    Case("gpt", "", fn="small", grid=FP32_GRID,
          note="realistic: a nanoGPT-style decoder (2 layers, 64 wide, context 32) with AdamW on token windows",
-         held=f"{HELD_LOADER}; {NO_LIMIT}"),
-    Case("transformer_encoder", "", fn="small", grid=COMPUTE_GRID,
+         held=f"{BF16_COST}; {HELD_LOADER}; {NO_LIMIT}"),
+    Case("transformer_encoder", "", fn="small", grid=FP32_GRID,
          note="realistic: nn.TransformerEncoder classifier (2 layers, 64 wide) on padded variable-length sequences",
-         held=f"{HELD_LOADER}; {NO_LIMIT}"),
+         held=f"{BF16_COST}; {HELD_LOADER}; {NO_LIMIT}"),
     Case("resnet_jpeg", "", fn="small", grid=CONV_GRID,
          note="realistic: ResNet-18 layout at width 16 on 32x32 crops of JPEG bytes decoded in __getitem__ (PIL)",
          held="bf16 (16x slower on this CPU: 3.3 s a step at the default size) and compile (its first compilation "
