@@ -270,6 +270,9 @@ def run(cases: list[Case], quick: bool = False, seed: int = 0, device: str = "cp
     rule = QUICK_RULE if quick else RULE
     threads = torch.get_num_threads()
     results = []
+    if not measure_grid:  # a missing or foreign stored grid fails the run before anything is measured
+        for case in cases:
+            grids.load(case, protocol, dev, grid_dir)
     try:
         for case in cases:
             results.append(run_case(case, rule, protocol, dev, seed, log, measure_grid, grid_dir))
