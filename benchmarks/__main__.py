@@ -8,9 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from autotune.errors import EXIT_OK, UserCodeError, UserError, exit_code, explain
 
-from benchmarks import suite
+from benchmarks import anytime, grids, suite
 from benchmarks.cases import CASES, QUICK_CASES, select
 from benchmarks.table import emit, to_markdown
 
@@ -29,6 +31,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--examples", metavar="A,B", help=f"only these examples (default all: {', '.join(c.name for c in CASES)})")
     p.add_argument("--seed", type=int, default=0, help="sampler seed for blind Optuna and autotune (default 0)")
     p.add_argument("--no-extras", action="store_true", help="skip the false-acceptance runs and the overhead benchmark")
+    p.add_argument("--no-overhead", action="store_true", help="skip the overhead benchmark only "
+                   "(python -m benchmarks.overhead runs it on its own)")
+    p.add_argument("--measure-grid", action="store_true",
+                   help="measure every config of each example's grid again and rewrite benchmarks/grids/<example>.json "
+                        "(otherwise the stored grid is read, and refused when measured on another machine)")
+    p.add_argument("--grids-only", action="store_true", help="with --measure-grid: measure and store the grids, then stop")
+    p.add_argument("--grid-dir", metavar="DIR", help="read and write stored grids here (default benchmarks/grids/)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p.parse_args(argv)
 
@@ -43,11 +52,24 @@ def main(argv: list[str] | None = None) -> int:
             path = getattr(args, flag)
             if path and not Path(path).resolve().parent.is_dir():
                 raise UserError(f"--{flag} {path!r}: its folder does not exist; give a path in an existing folder.")
-        report = suite.run(cases, quick=args.quick, seed=args.seed, extras=not args.no_extras, log=log)
+        folder = Path(args.grid_dir) if args.grid_dir else None
+        if args.grids_only:
+            if not args.measure_grid:
+                raise UserError("--grids-only measures the grids and stops; add --measure-grid.")
+            protocol = suite.QUICK_PROTOCOL if args.quick else suite.PROTOCOL
+            for where in grids.measure_all(cases, protocol, torch.device("cpu"), log, folder):
+                log(f"stored {where}")
+            return EXIT_OK
+        report = suite.run(cases, quick=args.quick, seed=args.seed, extras=not args.no_extras, log=log,
+                           measure_grid=args.measure_grid, grid_dir=folder, overhead=not args.no_overhead)
     except (UserError, UserCodeError, KeyboardInterrupt) as exc:
         print(explain(exc, whose="an example's own code"), file=sys.stderr)
         return exit_code(exc)
     report["command"] = " ".join([PROG, *(argv if argv is not None else sys.argv[1:])])
+    if args.md:  # the anytime curves drawn next to the Markdown, which links them
+        svg = Path(args.md).with_name(Path(args.md).stem + "-anytime.svg")
+        svg.write_text(anytime.svg(report["cases"]))
+        report["svg"] = svg.name
     md = to_markdown(report)
     emit(md, lambda: json.dumps(report, indent=2, default=str) + "\n", args.json, args.md)
     return EXIT_OK

@@ -24,10 +24,28 @@ from autotune.workload import Workload, load_module_from_file
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MiB = 2**20
 
-INPUT_GRID = {"data.num_workers": [0, 2, 4, 8], "data.prefetch_factor": [2, 4], "backend.num_threads": [None, 1]}
-COMPUTE_GRID = {"precision.amp": ["none", "bf16"], "optimizer.impl": ["default", "foreach"], "data.num_workers": [0, 2]}
-SYNC_GRID = {"optimizer.impl": ["default", "foreach"], "data.num_workers": [0, 2], "backend.num_threads": [None, 1]}
+# Every knob of every recipe that applies on a CPU, at a few values each, so that the full
+# product is tens to a hundred-odd configs (a quarter of it is a real trial budget) and a
+# grid measures in minutes on two cores. What a grid holds at its default is named in the
+# case's `held`, with why. `compile.mode` is one setting ("default"): the compile recipe's
+# other modes are the same compiler on a CPU (no CUDA graphs), and each compilation costs
+# seconds even with a warm cache (10-15 s cold on a small model, minutes on ResNet-18).
+LOADER = {"data.num_workers": [0, 1, 2, 4, 8, 16], "data.prefetch_factor": [2, 4],
+          "data.persistent_workers": [False, True], "backend.num_threads": [None, 1]}
+INPUT_GRID = {**LOADER, "optimizer.impl": ["default", "foreach"]}
+DECODE_GRID = {**LOADER, "data.num_workers": [0, 1, 2, 3, 4]}  # CPU-bound decoding: workers past the cores only cost
+COMPUTE_GRID = {"optimizer.impl": ["default", "foreach", "fused"], "precision.amp": ["none", "bf16"],
+                "compile.mode": ["none", "default"], "backend.num_threads": [None, 1]}
 MEMORY_GRID = {"memory.micro_batch_size": [None, 512, 256, 128, 64], "memory.activation_checkpointing": [False, True]}
+FP32_GRID = {"optimizer.impl": ["default", "foreach", "fused"], "compile.mode": ["none", "default"],
+             "backend.num_threads": [None, 1]}
+BF16_COST = ("bf16 (emulated on this CPU: in compute_bound's grid every bf16 config was 2-10x slower and took 15-36 s "
+             "to measure; in memory_bound's, 130-180 s each)")
+CONV_GRID = {"data.num_workers": [0, 1, 2], "backend.num_threads": [None, 1], "layout.channels_last": [False, True],
+             "optimizer.impl": ["default", "foreach"]}
+NO_LIMIT = ("micro-batch and activation checkpointing (memory recipes: with no memory limit they only cost speed, "
+            "and the agent tries them only on a memory verdict)")
+SMALL_GRID_TEST = {"optimizer.impl": ["default", "foreach"]}
 
 
 @dataclass(frozen=True)
@@ -36,7 +54,8 @@ class Case:
 
     Attributes:
         name: The example's module name in `examples/` (also the case's name).
-        planted: The bottleneck class planted in it (a `Bottleneck` value).
+        planted: The bottleneck class planted in it (a `Bottleneck` value); "" for a
+            realistic example, where nothing was planted.
         fn: The function in the example that builds the workload.
         kwargs: Its arguments.
         grid: Dotted config key -> values; every combination is measured (after
@@ -48,6 +67,9 @@ class Case:
             (0.26 MiB per measurement on memory_bound, against an 8 MiB limit).
         quick: Whether this is a --quick case (selects the table a worker loads it from).
         note: Why this workload and grid, in one line.
+        held: The applicable recipes' knobs the grid holds at their default, and why.
+        rule_floor: Whether autotune is held to at least the rule of thumb's throughput here
+            (the I/O example, where the rule's many workers are right).
     """
 
     name: str
@@ -59,6 +81,8 @@ class Case:
     isolate: bool = False
     quick: bool = False
     note: str = ""
+    held: str = ""
+    rule_floor: bool = False
 
     @property
     def path(self) -> Path:
@@ -99,25 +123,46 @@ class Case:
         return list(seen.values())
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "target": self.target, "planted": self.planted, "grid": self.grid,
-                "grid_size": len(self.configs()), "memory_limit_bytes": self.memory_limit, "note": self.note}
+        return {"name": self.name, "target": self.target, "planted": self.planted or None, "grid": self.grid,
+                "grid_size": len(self.configs()), "memory_limit_bytes": self.memory_limit, "note": self.note,
+                "held": self.held}
 
 
+HELD_LOADER = "data-loader workers (in-memory tensors: no data to wait for; the grid keeps the loader recipe's thread knob)"
 CASES: tuple[Case, ...] = (
-    Case("input_bound", "input", grid=INPUT_GRID,
-         note="2 ms I/O latency per sample: workers past the core count keep helping"),
-    Case("decode_bound", "input", grid=INPUT_GRID,
-         note="2 ms of pure-Python decoding per sample: workers help only up to the cores"),
+    Case("input_bound", "input", grid=INPUT_GRID, rule_floor=True,
+         note="2 ms I/O latency per sample: workers past the core count keep helping",
+         held=f"bf16 and compile (the step waits on I/O; bf16 is 7-20x slower on this CPU); {NO_LIMIT}"),
+    Case("decode_bound", "input", grid=DECODE_GRID,
+         note="2 ms of pure-Python decoding per sample: workers help only up to the cores",
+         held="the optimizer implementation, bf16 and compile (the step waits on decoding; bf16 is 7-20x slower on "
+              f"this CPU); workers stop at 4 (2 x cores: decoding is CPU-bound, and a config with 8 or 16 workers took "
+              f"30-90 s to measure here); {NO_LIMIT}"),
     Case("compute_bound", "compute", fn="workload", kwargs={"width": 1024, "batch_size": 16}, grid=COMPUTE_GRID,
-         note="wide MLP, in-memory data; batch 16 keeps bf16 trials affordable where bf16 is emulated (20x slower)"),
+         note="wide MLP, in-memory data; batch 16 keeps bf16 trials affordable where bf16 is emulated (20x slower)",
+         held=f"{HELD_LOADER}; {NO_LIMIT}"),
     Case("overhead_bound", "launch", grid=COMPUTE_GRID,
-         note="32 tiny layers with Adam: dispatch overhead; foreach helps the many small parameters"),
+         note="32 tiny layers with Adam: dispatch overhead; foreach helps the many small parameters",
+         held=f"{HELD_LOADER}; {NO_LIMIT}"),
     Case("memory_bound", "memory", fn="workload", kwargs={"width": 128, "depth": 8, "batch_size": 1024},
          grid=MEMORY_GRID, memory_limit=8 * MiB, isolate=True,
          note="residual MLP whose activations dominate (batch 1024, width 128): about 14 MiB by default, "
-              "8 MiB allowed; micro-batches or checkpointing must make it fit"),
-    Case("sync_bound", "sync", grid=SYNC_GRID,
-         note="an .item() every step: no recipe fixes user code, autotune reports it; the grid shows what knobs give"),
+              "8 MiB allowed; micro-batches or checkpointing must make it fit",
+         held=f"{BF16_COST}, the data loader (in-memory tensors), compile (a fresh process per measurement compiles "
+              "cold: 10-15 s each) and the optimizer implementation (each isolated measurement costs 20-50 s here)"),
+    Case("sync_bound", "sync", grid=FP32_GRID,
+         note="an .item() every step: no recipe fixes user code, autotune reports it; the grid shows what knobs give",
+         held=f"{BF16_COST}; {HELD_LOADER}; {NO_LIMIT}"),
+    Case("gpt", "", fn="small", grid=FP32_GRID,
+         note="realistic: a nanoGPT-style decoder (2 layers, 64 wide, context 32) with AdamW on token windows",
+         held=f"{BF16_COST}; {HELD_LOADER}; {NO_LIMIT}"),
+    Case("transformer_encoder", "", fn="small", grid=FP32_GRID,
+         note="realistic: nn.TransformerEncoder classifier (2 layers, 64 wide) on padded variable-length sequences",
+         held=f"{BF16_COST}; {HELD_LOADER}; {NO_LIMIT}"),
+    Case("resnet_jpeg", "", fn="small", grid=CONV_GRID,
+         note="realistic: ResNet-18 layout at width 16 on 32x32 crops of JPEG bytes decoded in __getitem__ (PIL)",
+         held="bf16 (16x slower on this CPU: 3.3 s a step at the default size) and compile (its first compilation "
+              f"took minutes here); prefetch 2, no persistent workers, at most 2 workers (the cores); {NO_LIMIT}"),
 )
 
 # --quick: tiny workloads and two- to four-config grids, a smoke test of the whole pipeline.

@@ -1,8 +1,8 @@
 """The compared methods, each measuring through one `Runner` under the suite's protocol.
 
-- `run_grid`: every config of a case's grid, one after the other (the oracle's ground truth).
-- `run_single`: one config (the default, the rule of thumb).
-- `run_blind`: Optuna's TPE over the grid's knobs, no diagnosis, a given trial budget.
+- `run_single`: one config (the rule of thumb).
+- `search_stored`: Optuna's TPE or random sampler over the grid's knobs, no diagnosis, a
+  given trial budget, looking each config up in the stored grid (`grids`).
 - `run_agent`: autotune's `Agent`, with its diagnosis, on in-memory Optuna storage.
 - `judge`: the configs the methods chose, re-measured in turns (round robin, the order
   reversed every round) so that drift of the machine hits them alike; a method's figure
@@ -52,70 +52,68 @@ def measure_one(runner: Runner, config: TrainConfig, constraints: Constraints | 
             "first_losses": s.first_losses}
 
 
-def run_grid(runner: Runner, configs: list[TrainConfig], memory_limit: int | None, log: Log) -> dict[str, Any]:
-    """Measure every config (the default first: its losses are the divergence reference)."""
-    t0 = time.perf_counter()
-    rows: list[dict[str, Any]] = []
-    constraints = Constraints(memory_limit, [])
-    for i, cfg in enumerate(configs):
-        row = measure_one(runner, cfg, constraints)
-        if i == 0:
-            constraints = Constraints(memory_limit, row["first_losses"])
-        rows.append(row)
-        log(f"  grid {i + 1}/{len(configs)} {cfg.short()}: {row['samples_per_s']:.0f} samples/s"
-            + ("" if row["feasible"] else f" (infeasible: {row['reason']})"))
-    best = max(range(len(rows)), key=lambda i: rows[i]["samples_per_s"])
-    return {"trials": len(rows), "wall_s": time.perf_counter() - t0, "rows": rows, "best_index": best,
-            "best_config": rows[best]["config"], "best_samples_per_s": rows[best]["samples_per_s"],
-            "reference_losses": rows[0]["first_losses"]}
-
-
 def run_single(runner: Runner, config: TrainConfig, constraints: Constraints) -> dict[str, Any]:
     row = measure_one(runner, config, constraints)
     return {"trials": 1, "wall_s": row["wall_s"], "config": row["config"], "samples_per_s": row["samples_per_s"],
             "feasible": row["feasible"], "reason": row["reason"], "peak_memory_bytes": row["peak_memory_bytes"]}
 
 
-def run_blind(runner: Runner, grid: dict[str, list[Any]], n_trials: int, seed: int, constraints: Constraints,
-              log: Log) -> dict[str, Any]:
-    """TPE over the grid's knobs, the default enqueued first (as the agent does); a config
-    suggested again (also after normalisation) reuses its measurement and still counts."""
-    t0 = time.perf_counter()
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+SAMPLERS = {"blind_tpe": lambda seed: optuna.samplers.TPESampler(seed=seed, n_startup_trials=4),
+            "random": lambda seed: optuna.samplers.RandomSampler(seed=seed)}
+
+
+def search_stored(stored: dict[str, Any], sampler: str, n_trials: int, seed: int, log: Log) -> dict[str, Any]:
+    """A blind search (`SAMPLERS`: TPE or random) over the grid's knobs, the default
+    enqueued first (as the agent does), that looks each suggested config up in the stored
+    grid instead of measuring it: a trial's figure and wall time are the stored ones. A
+    config suggested again (also after normalisation) reuses its figure, still counts as a
+    trial and costs no time."""
+    from benchmarks.grids import key
+
+    rows = {key(r["config"]): r for r in stored["rows"]}
+    grid = stored["grid"]
     with quiet_optuna():  # Optuna's INFO line per trial off, as in the agent's searches
-        study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), direction="maximize", sampler=sampler)
+        study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), direction="maximize",
+                                    sampler=SAMPLERS[sampler](seed))
     default = TrainConfig()
     study.enqueue_trial({k: default.get(k) if default.get(k) in v else v[0] for k, v in grid.items()})
-    seen: dict[tuple, dict[str, Any]] = {}
-    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    trace: list[dict[str, Any]] = []
+    wall = 0.0
 
     def objective(trial: optuna.Trial) -> float:
+        nonlocal wall
         params = {k: trial.suggest_categorical(k, v) for k, v in grid.items()}
         try:
-            cfg = normalized(TrainConfig(), params)
-        except ConfigError as exc:
-            rows.append({"config": None, "samples_per_s": 0.0, "reason": "; ".join(exc.errors)})
-            return 0.0
-        key = _key(cfg)
-        row = seen[key] if key in seen else measure_one(runner, cfg, constraints)
-        rows.append({**row, "reused": key in seen})
-        seen[key] = row
-        log(f"  blind {len(rows)}/{max(1, n_trials)} {cfg.short()}: {row['samples_per_s']:.0f} samples/s")
-        return row["samples_per_s"]
+            k = key(normalized(TrainConfig(), params))
+        except ConfigError:
+            k = None
+        row = rows.get(k) if k else None
+        if row is not None and k not in seen:
+            wall += row["wall_s"]
+        value = row["samples_per_s"] if row else 0.0
+        trace.append({"config": row["config"] if row else None, "samples_per_s": value, "wall_s": wall,
+                      "reused": k in seen, "in_grid": row is not None})
+        if k:
+            seen.add(k)
+        return value
 
     with quiet_optuna():
         study.optimize(objective, n_trials=max(1, n_trials), catch=())
-    best = max(range(len(rows)), key=lambda i: rows[i]["samples_per_s"])
-    return {"trials": len(rows), "measured": len(seen), "wall_s": time.perf_counter() - t0,
-            "best_config": rows[best]["config"] or TrainConfig().flat(), "samples_per_s": rows[best]["samples_per_s"],
-            "rows": [{k: r.get(k) for k in ("changes", "samples_per_s", "feasible", "reason", "reused")} for r in rows]}
+    best = max(range(len(trace)), key=lambda i: trace[i]["samples_per_s"])
+    log(f"  {sampler}: {len(trace)} trials over the stored grid, best {trace[best]['samples_per_s']:.0f} samples/s")
+    return {"trials": len(trace), "measured": len(seen), "wall_s": wall, "trace": trace,
+            "best_config": trace[best]["config"] or default.flat(), "samples_per_s": trace[best]["samples_per_s"]}
 
 
 class LogEvents:
-    """The agent's events (an `autotune.events.Listener`) as progress lines: rounds and decisions."""
+    """The agent's events (an `autotune.events.Listener`) as progress lines (rounds and
+    decisions), and each trial with the time it finished (`timeline`, s since creation)."""
 
     def __init__(self, log: Log) -> None:
         self.log = log
+        self.t0 = time.perf_counter()
+        self.timeline: list[dict[str, Any]] = []
 
     def phase(self, name: str) -> None:
         return None
@@ -124,18 +122,20 @@ class LogEvents:
         self.log(f"  autotune round {round_no}: {recipe} ({trials} trials)")
 
     def trial(self, trial: Trial) -> None:
-        return None
+        self.timeline.append({"wall_s": time.perf_counter() - self.t0, "config": trial.config,
+                              "samples_per_s": trial.samples_per_s or 0.0, "state": trial.state.value})
 
     def decision(self, recipe: str, accepted: bool, reason: str) -> None:
         self.log(f"  autotune {recipe}: {'accepted' if accepted else 'rejected'}: {reason}")
 
 
 def run_agent(runner: Runner, recipes: list[Recipe], facts: dict[str, bool], settings: Settings, log: Log,
-              study: str = "bench") -> tuple[Report, float]:
+              study: str = "bench", events: LogEvents | None = None) -> tuple[Report, float]:
     """autotune's agent, as `autotune tune --in-process` runs it, on in-memory storage:
-    its report and its wall time (s)."""
-    agent = Agent(runner, recipes, optuna.storages.InMemoryStorage(), study, settings, facts, events=LogEvents(log))
-    t0 = time.perf_counter()
+    its report and its wall time (s). `events` hears its trials (`LogEvents.timeline`)."""
+    events = events or LogEvents(log)
+    agent = Agent(runner, recipes, optuna.storages.InMemoryStorage(), study, settings, facts, events=events)
+    events.t0 = t0 = time.perf_counter()
     report = agent.run()
     return report, time.perf_counter() - t0
 

@@ -7,6 +7,7 @@ mean nothing, and targets are reported, never asserted.
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 
 import pytest
 import torch
@@ -22,30 +23,38 @@ EXAMPLES = ("input_bound", "memory_bound")  # an in-process case and an isolated
 def test_quick_run_writes_json_and_markdown(tmp_path, capsys):
     threads = torch.get_num_threads()
     out_json, out_md = tmp_path / "suite.json", tmp_path / "suite.md"
-    code = main(["--quick", "--quiet", "--examples", ",".join(EXAMPLES), "--json", str(out_json), "--md", str(out_md)])
+    code = main(["--quick", "--quiet", "--measure-grid", "--grid-dir", str(tmp_path / "grids"), "--examples",
+                 ",".join(EXAMPLES), "--json", str(out_json), "--md", str(out_md)])
     assert code == 0
     assert torch.get_num_threads() == threads
     assert capsys.readouterr().out == ""  # with --md, nothing on stdout
+    assert sorted(p.name for p in (tmp_path / "grids").iterdir()) == [f"quick_{n}.json" for n in sorted(EXAMPLES)]
 
     r = json.loads(out_json.read_text())
     assert r["benchmark"] == "suite" and r["quick"] is True
     assert r["protocol"]["windows"] == suite.QUICK_PROTOCOL.windows
     assert [c["name"] for c in r["cases"]] == list(EXAMPLES)
     for c in r["cases"]:
-        assert set(c["methods"]) == set(suite.METHODS)
+        assert set(suite.METHODS) <= set(c["methods"])
         for name, m in c["methods"].items():
             assert isinstance(m["samples_per_s"], float), name
             assert m["samples_per_s"] > 0 or not m["feasible"], (c["name"], name, m)
-            assert m["trials"] >= (0 if name == "autotune" else 1)
-            assert m["wall_s"] >= 0 and "ratio" in m["ratio_to_oracle"]
+            assert "ratio" in m["ratio_to_oracle"]
+        assert c["grid_summary"]["source"] == "measured"
         assert c["methods"]["oracle"]["trials"] == c["grid_size"] == len(c["grid_results"]["rows"])
         assert c["methods"]["oracle"]["ratio_to_oracle"]["ratio"] == 1.0
-        assert c["methods"]["blind_optuna"]["trials"] == max(1, c["methods"]["autotune"]["trials"])
+        assert c["methods"]["oracle"]["label"] in c["methods"]
+        for m in suite.SEARCHES:
+            assert c["methods"][m]["trials"] == max(1, c["methods"]["autotune"]["trials"])
+        curves = c["anytime"]["methods"]
+        assert set(curves) == {"autotune", *suite.SEARCHES}
+        assert len(curves["blind_tpe"]["points"]) == c["methods"]["blind_tpe"]["trials"]
         assert c["diagnosis"]["planted"] in {"input", "memory"}
         assert isinstance(c["diagnosis"]["correct"], bool)
-        assert set(c["targets"]) == {"oracle", "trials", "wall", "not_below_blind", "better_than_blind",
-                                     "not_below_default", "beats_rule_where_wrong"}
+        assert {"oracle", "trials", "wall", "not_below_default", "beats_rule_where_wrong", "at_least_rule",
+                "within_limit", "not_below_blind", "not_below_random"} <= set(c["targets"])
     assert r["cases"][1]["runner"].startswith("a process per measurement")
+    assert r["cases"][1]["targets"]["within_limit"]["met"] is not None  # memory_bound runs under a limit
     assert any("pin_memory" in n for n in r["cases"][0]["rule_of_thumb"]["notes"])  # dropped on CPU, and said so
 
     fa = r["false_acceptances"]
@@ -58,11 +67,19 @@ def test_quick_run_writes_json_and_markdown(tmp_path, capsys):
 
     md = out_md.read_text()
     assert md.startswith("# autotune benchmark suite (--quick)")
-    for section in ("## Targets", "## Methods against the oracle", "## Grids", "## Diagnosis", "## Rule of thumb",
-                    "## False acceptances", "## Overheads"):
+    for section in ("## Targets", "## Methods against the grid's best", "## Anytime curves", "## Grids",
+                    "## Diagnosis", "## Rule of thumb", "## False acceptances", "## Overheads"):
         assert section in md
     for name in EXAMPLES:
         assert f"| {name} | autotune |" in md
+    svg = tmp_path / "suite-anytime.svg"
+    assert r["svg"] == svg.name and f"({svg.name})" in md
+    ET.fromstring(svg.read_text())  # well-formed
+
+    # The grids just stored are read back, not measured again.
+    assert main(["--quick", "--quiet", "--no-extras", "--grid-dir", str(tmp_path / "grids"), "--examples",
+                 "input_bound", "--json", str(out_json), "--md", str(out_md)]) == 0
+    assert json.loads(out_json.read_text())["cases"][0]["grid_summary"]["source"] == "stored"
 
 
 def test_every_grid_holds_the_default_first_and_no_duplicates():
