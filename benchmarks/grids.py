@@ -59,8 +59,9 @@ def definition(case: Case) -> dict[str, Any]:
 
 
 def key(config: TrainConfig | dict[str, Any]) -> str:
-    """A config's identity in a stored grid: its flat form, sorted, as JSON."""
-    flat = config.flat() if isinstance(config, TrainConfig) else config
+    """A config's identity in a stored grid: its flat form, sorted, as JSON. A stored config
+    written before a knob existed stands for that knob at its default (it was measured so)."""
+    flat = (config if isinstance(config, TrainConfig) else TrainConfig().with_changes(config)).flat()
     return json.dumps(sorted(flat.items()), default=str)
 
 

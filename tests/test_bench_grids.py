@@ -95,14 +95,14 @@ def test_stored_searches_look_up_and_count_repeats_at_no_cost(here):
 
 
 def test_anytime_curve_is_the_running_best_in_grid_units():
-    rows = [{"config": {"a": 1}, "samples_per_s": 100.0, "wall_s": 2.0},
-            {"config": {"a": 2}, "samples_per_s": 300.0, "wall_s": 3.0},
-            {"config": {"a": 3}, "samples_per_s": 200.0, "wall_s": 4.0}]
+    rows = [{"config": {"data.num_workers": 1}, "samples_per_s": 100.0, "wall_s": 2.0},
+            {"config": {"data.num_workers": 2}, "samples_per_s": 300.0, "wall_s": 3.0},
+            {"config": {"data.num_workers": 3}, "samples_per_s": 200.0, "wall_s": 4.0}]
     stored = {"rows": rows}
-    trace = [{"config": {"a": 1}, "samples_per_s": 120.0, "wall_s": 5.0},   # in the grid: counted at 100
-             {"config": {"a": 9}, "samples_per_s": 250.0, "wall_s": 9.0},   # not in the grid: its own 250
+    trace = [{"config": {"data.num_workers": 1}, "samples_per_s": 120.0, "wall_s": 5.0},   # in the grid: counted at 100
+             {"config": {"data.num_workers": 9}, "samples_per_s": 250.0, "wall_s": 9.0},   # not in the grid: its own 250
              {"config": None, "samples_per_s": 0.0, "wall_s": 11.0},        # failed
-             {"config": {"a": 2}, "samples_per_s": 280.0, "wall_s": 15.0}]  # counted at 300
+             {"config": {"data.num_workers": 2}, "samples_per_s": 280.0, "wall_s": 15.0}]  # counted at 300
     units, own = anytime.in_grid_units(trace, stored)
     assert own == 2 and [t["samples_per_s"] for t in units] == [100.0, 250.0, 0.0, 300.0]
     pts = anytime.curve(units)
