@@ -181,7 +181,8 @@ def _decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, r
         est = ctx.estimate(state.config) or state.summary.samples_per_s
         cands = [t for t in cands if t.value >= est / ctx.band][:CANDIDATES]
     if not cands:
-        step.reason = ("every trial was infeasible or failed" if not ranked else
+        step.reason = ("the time budget ran out before a trial could finish" if not step.trials else
+                       "every trial was infeasible or failed" if not ranked else
                        "the current config is over the memory limit and no trial fit" if not state.feasible else
                        "no trial came within the noise band of the current config in the search")
         return state

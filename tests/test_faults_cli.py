@@ -30,8 +30,11 @@ def start(example, out: Path, pause_at: str | None, *extra: str) -> tuple[subpro
     env = {**os.environ, "AUTOTUNE_TEST_TAG": tag}
     if pause_at:
         env.update(AUTOTUNE_PAUSE_AT=pause_at, AUTOTUNE_PAUSE_FILE=str(marker))
+    # SIGINT back to its default in the child: a shell that started the tests in the background
+    # leaves it ignored, and Python then never turns it into KeyboardInterrupt.
     proc = subprocess.Popen([sys.executable, "-m", "autotune", "tune", example("input_bound"), "--out", str(out),
-                             *FAST, *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             *FAST, *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     return proc, marker, tag
 
 

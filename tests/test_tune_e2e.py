@@ -29,6 +29,9 @@ def test_tune_input_bound_writes_reports_and_a_config_that_trains(example, tmp_p
     jsonschema.validate(report, report_schema())  # the real run's file against the shipped schema
     assert set(report["final_config"]) == set(report["baseline"]["config"])  # one flat config shape
     assert report["initial_diagnosis"]["bottleneck"] == "input"
+    if not report["steps"]:  # a disturbed A/A (seen at 3.27x on a machine loaded by other work) hides any gain
+        assert report["noise"]["margin"] > 1.5, report["stop_reason"]  # only a disturbed A/A may stop it before a search
+        pytest.skip(f"this machine's A/A noise ({report['noise']['margin']:.2f}x) hides the gain to be tested")
     step = report["steps"][0]
     assert step["recipe"] == "dataloader" and step["accepted"], step
     config = load_config(out / "tuned.yaml")
