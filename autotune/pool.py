@@ -209,14 +209,15 @@ class Dispatcher:
                 search.skipped = target - done - sum(t.state == _RUNNING for t in pending)
                 cancel_waiting(self.storage, study)
                 break
-            capacity = max(1, len(self.workers()))
+            live = len(self.workers())  # one read of the run's study per poll
+            capacity = max(1, live)
             for _ in range(min(capacity - len(pending), target - done - len(pending))):
                 nxt = [p for p in search.unqueued() if p not in lost]
                 study.enqueue_trial(nxt[0] if nxt else {})  # {}: the worker's sampler picks the values
             if self.keepalive and time.time() - self._renewed > 30:
                 self.keepalive()
                 self._renewed = time.time()
-            if not self.workers() and self.on_wait and not waited:
+            if not live and self.on_wait and not waited:
                 self.on_wait("waiting for a worker (autotune worker --study "
                              f"{self.ledger.study_name} with the same storage)")
                 waited = True
