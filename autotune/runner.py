@@ -217,10 +217,6 @@ class WorkerHandle:
         self.err.close()
 
 
-def _group_open() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
-
-
 def oom_kills() -> int:
     """How many processes the kernel's OOM killer ended in this cgroup (0 where unknown)."""
     for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
@@ -246,9 +242,11 @@ class Runner:
 
     def open(self, config: TrainConfig, trials: float = 1.0) -> Handle:
         """A handle for `config` that may live as long as `trials` trials (timeout each)."""
-        # One process holds one DDP process group: a second DDP session open at once (an
-        # interleaved comparison) runs its rank 0 in a worker process even in-process.
-        if self.isolate or (config.distributed.world_size > 1 and _group_open() and self.target):
+        # A DDP trial's rank 0 always runs in a worker process when it can: a rank that fails
+        # leaves rank 0 a broken process group whose threads only the end of their process
+        # ends safely (torn down in a long-lived process, it can deadlock that process later,
+        # when the collector frees it), and one process holds one group at a time.
+        if self.isolate or (config.distributed.world_size > 1 and self.target):
             return WorkerHandle(self.target, config, self.device, self.protocol, self.timeout_s * trials)
         return InProcessHandle(self.workload, config, self.device, self.protocol)
 
