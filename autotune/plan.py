@@ -3,7 +3,10 @@ ranked by expected gain per cost, across the whole verdict rather than its top l
 
 A recipe's expected gain is a prior (the recipe file's `removes` and `compute_speedup`)
 bounded by the measured shares (Amdahl); it only orders the ladder, the measurement
-decides. A recipe whose best case cannot clear the noise is not worth trials. A recipe
+decides. What gates a recipe is the waste it targets: a non-compute waste is worth trials
+only while removing all of it could clear the noise (its Amdahl bound, `material`); the
+compute is always worth the recipes that apply, since no prior says what they gain on this
+machine (a prior's best case below the noise margin is still measured). A recipe
 may be tried again once, when a later accepted change has moved the step's time onto the
 class it targets. When the config does not fit the memory limit, the memory-saving
 recipes are searched together first (precision, micro-batch, checkpointing), since any
@@ -81,8 +84,8 @@ def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, 
             if w.cls not in r.targets or not (material(w, margin) or w.cls is Bottleneck.COMPUTE):
                 continue
             g = expected_gain(r, w)
-            if g <= margin:
-                continue  # even the prior's best case would not clear the noise
+            if g <= 1.0:
+                continue  # the prior says it does nothing to this waste
             score = math.inf if math.isinf(g) else math.log(g) / max(r.cost, 1)
             if best is None or score > best.score:
                 best = Choice(r, w.cls, g, score)

@@ -175,10 +175,15 @@ class Comparison(Ratio):
 
 
 class Noise(Ratio):
-    """The baseline against itself (A/A): what "no change" measures as here."""
+    """The baseline against itself (A/A): what "no change" measures as here.
+
+    When the first A/A is implausible (identical configs measured apart beyond their own
+    interval), it is measured twice more and the median one (by distance from 1) sets the
+    margin; `readings` holds all of them."""
 
     margin: float
     min_gain: float
+    readings: list[Ratio] = Field(default_factory=list)
 
 
 class WorkerRef(Record):

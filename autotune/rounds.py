@@ -27,6 +27,7 @@ from .recipes import Recipe
 from .record import Bottleneck, Brief, Comparison, Step, Summary, Verdict
 from .runner import TrialRunner
 from .search import Constraints, RecipeSearch, fits, stored_summary, trial_record
+from .stats import paired_ratio
 
 CANDIDATES = 2  # most side-by-side comparisons per round
 GROW_STEPS = 3  # most times a range grows in one round
@@ -195,7 +196,12 @@ def _decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, r
         step.changes, step.after, step.after_config = state.config.diff(cand), Brief.of(summary), cand.flat()
         key = f"{name}:accept:{_digest(cand.flat())}"  # the stored decision is this candidate's
         sp = ctx.compare(key, state.config, cand, f"{recipe.name} against current")
-        _verdict(step, sp, state, summary, ctx, best.value)
+        again = None
+        if state.feasible and sp.measured and sp.low > ctx.margin:
+            again = ctx.compare(f"{name}:confirm:{_digest(cand.flat())}", state.config, cand,
+                                f"{recipe.name} against current, again")
+            sp = pooled(sp, again)
+        _verdict(step, sp, state, summary, ctx, best.value, again)
         ctx.events.decision(recipe.name, step.accepted, step.reason or "")
         if step.accepted:
             verdict = diagnose(summary, ctx.runner.device.type, ctx.constraints.memory_limit, previous=state.verdict)
@@ -203,8 +209,24 @@ def _decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, r
     return state
 
 
-def _verdict(step: Step, sp: Comparison, state: State, cand: Summary, ctx: Context, estimate: float) -> None:
-    """Accept or reject one candidate on its interleaved comparison, with the reason."""
+def pooled(first: Comparison, again: Comparison) -> Comparison:
+    """Both comparisons' pairs as one (what is reported when a gain was confirmed);
+    the confirming comparison's failure when it failed."""
+    if again.failed or not again.measured:
+        return again
+    a, b = first.a + again.a, first.b + again.b
+    return Comparison(**paired_ratio(a, b), a=a, b=b)
+
+
+def _verdict(step: Step, sp: Comparison, state: State, cand: Summary, ctx: Context, estimate: float,
+             again: Comparison | None = None) -> None:
+    """Accept or reject one candidate on its interleaved comparison, with the reason.
+
+    A gain that cleared the margin was measured once more side by side, in fresh processes
+    (`again`), and `sp` pools both: a round compares up to `CANDIDATES` configs and a run
+    has many rounds, so one comparison's 95% interval alone would let chance through
+    somewhere in a run (a placebo run did). The gain stands only when the second comparison
+    clears the margin on its own too."""
     margin, limit = ctx.margin, ctx.constraints.memory_limit
     if not state.feasible:
         ratio = f"; throughput ratio {sp.ratio:.2f}x [{sp.low:.2f}, {sp.high:.2f}]" if sp.measured else ""
@@ -217,9 +239,16 @@ def _verdict(step: Step, sp: Comparison, state: State, cand: Summary, ctx: Conte
         step.reason = f"the interleaved re-measurement gave too few usable pairs ({sp.pairs}) for an interval"
     else:
         step.speedup = sp.ratio_only()
-        step.accepted = sp.low > margin
+        step.accepted = sp.low > margin and (again is None or again.low > margin)
+        twice = "" if again is None else f" (two side-by-side comparisons, {sp.pairs} pairs; the second alone " \
+            f"{again.ratio:.2f}x [{again.low:.2f}, {again.high:.2f}])"
         if step.accepted:
-            step.reason = f"{sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}] clears the noise margin {margin:.3f}"
+            step.reason = (f"{sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}] clears the noise margin "
+                           f"{margin:.3f}{twice}")
+        elif again is not None:
+            step.reason = (f"not confirmed: the first comparison cleared the noise margin {margin:.3f}, the second "
+                           f"gave {again.ratio:.2f}x [{again.low:.2f}, {again.high:.2f}]; both together "
+                           f"{sp.ratio:.2f}x [{sp.low:.2f}, {sp.high:.2f}]")
         else:
             step.reason = (f"measured {sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}] does not clear "
                            f"the noise margin {margin:.3f} (search estimate was {estimate / state.summary.samples_per_s:.2f}x)")

@@ -11,6 +11,7 @@ from autotune import machine
 from autotune.agent import Agent, Settings
 from autotune.diagnose import diagnose
 from autotune.recipes import load_recipes
+from autotune.report.tables import noise_text
 from autotune.record import Bottleneck, Signals, StageTime, StepTime, Summary, TrialState
 from autotune.testing import FakeRunner
 
@@ -72,7 +73,9 @@ def test_compile_is_still_tried_after_a_small_data_wait_tops_the_list(tmp_path):
     assert "compile" in recipes and "amp" in recipes, recipes
     assert recipes.index("amp") < recipes.index("compile")
     assert r.final_config["precision.amp"] == "bf16" and r.final_config["compile.mode"] != "none"
-    assert "compute-bound" in r.stop_reason or "budget" in r.stop_reason, r.stop_reason
+    # what is left is a 5% wait the loader could not remove: said as such, not as "acceptable"
+    assert "compute-bound" in r.stop_reason or "budget" in r.stop_reason or \
+        r.stop_reason.startswith("no recipe left for the input bottleneck"), r.stop_reason
 
 
 def test_a_range_whose_best_trial_sits_at_its_top_grows(tmp_path):
@@ -158,3 +161,62 @@ def test_a_range_grows_only_up_to_the_hosts_limit_and_says_so_once(tmp_path, mon
     step = r.steps[0]
     assert r.final_config["data.num_workers"] == 20
     assert sum("range not grown" in note for note in step.grown) == 1, step.grown
+
+
+def test_a_noisy_machine_still_tries_every_compute_recipe_but_not_an_immaterial_wait():
+    """Under load the A/A margin reads high (1.67 was seen): a prior below it must not
+    drop a compute recipe (only the measurement can say what it gains here), while a data
+    wait whose whole removal could not clear the margin is not worth the loader's trials."""
+    from autotune.plan import Attempts, rank
+
+    verdict = diagnose(summary([0.05, 0.05, 0.05]), "cpu")
+    chosen = [c.recipe.name for c in rank(load_recipes(), verdict, "cpu", FACTS, Attempts(), margin=1.668)]
+    assert "optimizer-impl" in chosen and "compile" in chosen and "amp" in chosen, chosen
+    assert "dataloader" not in chosen
+    # a wait worth more than the margin is searched, and before the costlier compute recipes
+    heavy = diagnose(summary([0.5, 0.5, 0.5]), "cpu")
+    chosen = [c.recipe.name for c in rank(load_recipes(), heavy, "cpu", FACTS, Attempts(), margin=1.668)]
+    assert chosen[0] == "dataloader", chosen
+
+
+class _DisturbedAA(FakeRunner):
+    """The first `disturbed` A/As (identical configs side by side) read B `factor` times A:
+    a neighbour's burst during the second process's windows."""
+
+    def __init__(self, *args, disturbed: int, factor: float, **kw):
+        super().__init__(*args, **kw)
+        self.disturbed, self.factor, self.aas = disturbed, factor, 0
+
+    def interleave(self, a, b, pairs, on_pair=None):
+        xs, ys = super().interleave(a, b, pairs, on_pair)
+        if a == b:
+            self.aas += 1
+            if self.aas <= self.disturbed:
+                ys = [y * self.factor for y in ys]
+        return xs, ys
+
+
+def _speed(c):
+    return 100.0 * (1.3 if c.compile.mode != "none" else 1.0)
+
+
+def test_one_disturbed_aa_is_outvoted_and_a_real_gain_is_still_kept(tmp_path):
+    runner = _DisturbedAA(_speed, noise=0.01, disturbed=1, factor=1.67)
+    r = run_agent(runner, tmp_path, only=("compile",))
+    assert runner.aas == 3 and len(r.noise.readings) == 3
+    assert r.noise.readings[0].ratio > 1.6 and r.noise.margin < 1.1
+    assert r.final_config["compile.mode"] != "none"
+    assert "measured 3 times" in noise_text(r)
+
+
+def test_a_difference_that_repeats_still_sets_the_margin(tmp_path):
+    runner = _DisturbedAA(_speed, noise=0.01, disturbed=3, factor=1.4)
+    r = run_agent(runner, tmp_path, only=("compile",))
+    assert len(r.noise.readings) == 3 and r.noise.margin > 1.35
+    assert r.final_config["compile.mode"] == "none"  # 1.3x cannot clear what A/A itself reads
+
+
+def test_a_plausible_aa_is_measured_once(tmp_path):
+    runner = _DisturbedAA(_speed, noise=0.01, disturbed=0, factor=1.0)
+    r = run_agent(runner, tmp_path, only=("compile",))
+    assert runner.aas == 1 and r.noise.readings == []

@@ -217,8 +217,13 @@ def noise_text(report: Report) -> str:
         return "The baseline's noise was not measured."
     margin = (f"; a change is accepted only when its CI's low end clears {fmt_ratio(n.margin)}"
               if number(n.margin) is not None else "")
+    again = ""
+    if len(n.readings) > 1:
+        all_ = ", ".join(fmt_ratio(m.ratio) for m in n.readings)
+        again = (f" The first A/A was implausible for identical configs, so it was measured {len(n.readings)} "
+                 f"times ({all_}) and the median one sets the margin.")
     return (f"Re-measuring the unchanged baseline (A/A, {n.pairs} interleaved pairs) gave "
-            f"{fmt_ratio(n.ratio)} (CI {fmt_ci(n.low, n.high)}){margin}.")
+            f"{fmt_ratio(n.ratio)} (CI {fmt_ci(n.low, n.high)}){margin}.{again}")
 
 
 def budget_text(report: Report) -> str:
