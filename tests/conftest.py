@@ -47,3 +47,28 @@ def tiny_target(tmp_path):
     tiny workloads (`make(...)` builds one); returns its path."""
 
     return lambda name, body: write_target(tmp_path, name, body)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Say what a test left running, then end the process with pytest's status.
+
+    A thread that is not a daemon, or an exit handler that waits on one, would keep the
+    finished suite from exiting and CI from finishing: the status is what the tests said,
+    whatever lingers (named here, so it can be fixed)."""
+    import os
+    import threading
+
+    lingering = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    children = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and (d / "stat").read_text().split(")")[-1].split()[1] == str(os.getpid()):
+                children.append(d.name)
+        except OSError:
+            continue
+    if lingering or children:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(f"left running by the tests: threads {lingering}, child processes {children}")
+    session.config.add_cleanup(lambda: (sys.stdout.flush(), sys.stderr.flush(), os._exit(int(exitstatus))))

@@ -41,7 +41,12 @@ def start(example, out: Path, pause_at: str | None, *extra: str) -> tuple[subpro
 def wait_paused(proc: subprocess.Popen, marker: Path, timeout: float = 240) -> None:
     deadline = time.time() + timeout
     while not marker.exists():
-        assert proc.poll() is None, "the run ended before its pause point: " + proc.stderr.read().decode()[-2000:]
+        if proc.poll() is not None:
+            try:
+                err = proc.communicate(timeout=30)[1].decode(errors="replace")
+            except subprocess.TimeoutExpired:  # a descendant still holds the pipe
+                err = "(its output could not be read)"
+            pytest.fail("the run ended before its pause point: " + err[-2000:])
         assert time.time() < deadline, "the run never reached its pause point"
         time.sleep(0.2)
 

@@ -36,11 +36,17 @@ def _env(tag: str, url: str | None = None, **extra: str) -> dict[str, str]:
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 400) -> tuple[int, str, str]:
+    """Its exit code and output; past `timeout` it is killed, and a descendant that still
+    holds its pipes cannot keep the test waiting (its output is then cut short)."""
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, err = proc.communicate()
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.wait()
+            out, err = b"", b"(its output could not be read: a descendant still held its pipes)"
     return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 
