@@ -194,15 +194,15 @@ class Agent:
             joint = joint_memory_recipe(choices)
             recipe, target, expected = (joint, Bottleneck.MEMORY, math.inf) if joint else (
                 choices[0].recipe, choices[0].target, choices[0].expected)
-            for c in choices if joint else choices[:1]:
-                if joint is None or c.target is Bottleneck.MEMORY:
-                    attempts.record(c.recipe, state.verdict)
+            tried = [c.recipe for c in (choices if joint else choices[:1]) if joint is None or c.target is Bottleneck.MEMORY]
             if joint:
                 by_name[joint.name] = joint
             self._lease.renew()
             out = play(ctx, len(r.steps) + 1, recipe, target, expected, state, s.trials - r.budget.trials_used,
-                       deadline - reserve if deadline else None)
+                       deadline - reserve if deadline else None, revisit=attempts.times(recipe.name) > 0)
             state = out.state
+            for tried_recipe in tried:  # the shares it left: a revisit needs its waste to come back
+                attempts.record(tried_recipe, state.verdict)
             r.budget.trials_used += len(out.step.trials)
             r.budget.trials_run_now += out.ran
             r.budget.trials_skipped_for_budget += out.skipped

@@ -38,7 +38,7 @@ class Choice:
 
 @dataclass
 class Attempts:
-    """Which recipes were tried, how often, and the shares of their targets back then."""
+    """Which recipes were tried, how often, and the shares of their targets each round left."""
 
     shares: dict[str, list[dict[Bottleneck, float]]] = field(default_factory=dict)
 
@@ -49,7 +49,8 @@ class Attempts:
         return len(self.shares.get(name, []))
 
     def may_try(self, recipe: Recipe, verdict: Verdict) -> bool:
-        """Untried, or tried once and a target's share has since grown materially."""
+        """Untried, or tried once and a target's share has since grown materially from what
+        that round left (a later change moved the step's time back onto it)."""
         past = self.shares.get(recipe.name)
         if not past:
             return True

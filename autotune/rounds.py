@@ -30,6 +30,7 @@ from .search import Constraints, RecipeSearch, fits, stored_summary, trial_recor
 from .stats import paired_ratio
 
 CANDIDATES = 2  # most side-by-side comparisons per round
+REVISIT_TRIALS = 3  # fewest trials of a recipe's second round
 GROW_STEPS = 3  # most times a range grows in one round
 
 
@@ -89,8 +90,12 @@ class Outcome:
 
 
 def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expected: float, state: State,
-         trials_left: int, deadline: float | None) -> Outcome:
-    """Search `recipe` from `state`, compare its candidates, accept at most one."""
+         trials_left: int, deadline: float | None, revisit: bool = False) -> Outcome:
+    """Search `recipe` from `state`, compare its candidates, accept at most one.
+
+    A revisit (the recipe's class became the step's cost again after another change) gets
+    half the recipe's trials, at least `REVISIT_TRIALS`: its first search already ranked
+    the space, and the change that moved the step is what a second look can find."""
     runner = ctx.runner
     # The incumbent is part of the round's identity: a resumed run that reaches this round
     # from another config searches a study of its own (Optuna's spaces cannot change).
@@ -98,7 +103,7 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     space = recipe.space(runner.device.type, machine.cores(), runner.workload.rank_batch)  # one rank's batch
     search = RecipeSearch(ctx.storage, name, space, state.config, runner, ctx.constraints, ctx.seed,
                           each_knob_first=recipe.each_knob_first, pool=ctx.pool)
-    n = min(recipe.trials, trials_left)
+    n = min(max(REVISIT_TRIALS, recipe.trials // 2) if revisit else recipe.trials, trials_left)
     ctx.events.recipe(round_no, recipe.name, min(n, search.grid))
     searches = [search]
     ran = search.run(n, deadline, on_trial=lambda t: ctx.events.trial(trial_record(t)), cost_s=ctx.trial_cost())

@@ -220,3 +220,23 @@ def test_a_plausible_aa_is_measured_once(tmp_path):
     runner = _DisturbedAA(_speed, noise=0.01, disturbed=0, factor=1.0)
     r = run_agent(runner, tmp_path, only=("compile",))
     assert runner.aas == 1 and r.noise.readings == []
+
+
+def test_a_recipe_is_revisited_once_with_half_its_trials_when_its_waste_returns(tmp_path):
+    """More workers remove the data wait; bf16 then halves the compute and the wait is back
+    (20% of the step): the loader gets a second, shorter round, and no third."""
+
+    def speed(c):
+        workers = c.data.num_workers
+        return 100.0 * ((1.5 - 0.01 * workers) if workers >= 2 else 1.0) * (1.4 if c.precision.amp == "bf16" else 1.0)
+
+    def stages(c):
+        data = 0.4 if c.data.num_workers < 2 else (0.2 if c.precision.amp == "bf16" else 0.02)
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) / 2}
+
+    r = run_agent(FakeRunner(speed, stages=stages, noise=0.01), tmp_path, only=("dataloader", "amp"))
+    rounds = [s for s in r.steps if s.recipe == "dataloader"]
+    assert [s.recipe for s in r.steps][:3] == ["dataloader", "amp", "dataloader"], [s.recipe for s in r.steps]
+    assert len(rounds) == 2 and rounds[0].accepted
+    loader = next(x for x in load_recipes() if x.name == "dataloader")
+    assert len(rounds[0].trials) > len(rounds[1].trials) <= max(3, loader.trials // 2) + 2  # + a grown range's
