@@ -240,9 +240,7 @@ class Agent:
 def implausible_aa(aa: Comparison) -> bool:
     """Identical configs measured apart beyond their own interval: more likely a
     disturbance than this machine's window-to-window noise (which the interval holds)."""
-    if aa.ratio is None or aa.low is None or aa.high is None:
-        return False
-    return aa.low > 1.0 or aa.high < 1.0
+    return aa.measured and (aa.low > 1.0 or aa.high < 1.0)
 
 
 def _band(aa: Comparison, margin: float) -> float:

@@ -245,9 +245,9 @@ def _verdict(step: Step, sp: Comparison, state: State, cand: Summary, ctx: Conte
     else:
         step.speedup = sp.ratio_only()
         step.accepted = sp.low > margin and (again is None or again.low > margin)
-        twice = "" if again is None else f" (two side-by-side comparisons, {sp.pairs} pairs; the second alone " \
-            f"{again.ratio:.2f}x [{again.low:.2f}, {again.high:.2f}])"
         if step.accepted:
+            twice = "" if again is None else (f" (two side-by-side comparisons, {sp.pairs} pairs; the second alone "
+                                              f"{again.ratio:.2f}x [{again.low:.2f}, {again.high:.2f}])")
             step.reason = (f"{sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}] clears the noise margin "
                            f"{margin:.3f}{twice}")
         elif again is not None:

@@ -240,3 +240,20 @@ def test_a_recipe_is_revisited_once_with_half_its_trials_when_its_waste_returns(
     assert len(rounds) == 2 and rounds[0].accepted
     loader = next(x for x in load_recipes() if x.name == "dataloader")
     assert len(rounds[0].trials) > len(rounds[1].trials) <= max(3, loader.trials // 2) + 2  # + a grown range's
+
+
+def test_a_repeat_that_fails_keeps_the_first_aa_and_says_so(tmp_path):
+    from autotune.errors import TrialFailed
+    from autotune.record import FailureKind
+
+    class FailingRepeat(_DisturbedAA):
+        def interleave(self, a, b, pairs, on_pair=None):
+            if a == b and self.aas == 2:  # the third A/A
+                self.aas += 1
+                raise TrialFailed(FailureKind.CRASH, "the repeat crashed")
+            return super().interleave(a, b, pairs, on_pair)
+
+    r = run_agent(FailingRepeat(_speed, noise=0.01, disturbed=1, factor=1.67), tmp_path, only=("compile",))
+    assert len(r.noise.readings) == 2 and r.noise.margin > 1.6
+    assert r.final_config["compile.mode"] == "none"
+    assert "the first (a repeat failed) sets the margin" in noise_text(r)

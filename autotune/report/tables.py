@@ -220,8 +220,9 @@ def noise_text(report: Report) -> str:
     again = ""
     if len(n.readings) > 1:
         all_ = ", ".join(fmt_ratio(m.ratio) for m in n.readings)
+        which = "the median one" if len(n.readings) == 3 else "the first (a repeat failed)"
         again = (f" The first A/A was implausible for identical configs, so it was measured {len(n.readings)} "
-                 f"times ({all_}) and the median one sets the margin.")
+                 f"times ({all_}) and {which} sets the margin.")
     return (f"Re-measuring the unchanged baseline (A/A, {n.pairs} interleaved pairs) gave "
             f"{fmt_ratio(n.ratio)} (CI {fmt_ci(n.low, n.high)}){margin}.{again}")
 
