@@ -27,10 +27,11 @@ from .identity import Resume, choose_study, fingerprint, fingerprint_id
 from .lock import Lease
 from .plan import Attempts, joint_memory_recipe, rank, stop_reason
 from .recipes import Recipe
-from .record import Bottleneck, Budget, FailureKind, Comparison, Noise, Ratio, Recommendation, Report, Step, StudyRef, Summary
+from .record import (Bottleneck, Brief, Budget, Comparison, FailureKind, Noise, Ratio, Recommendation, Report, Step,
+                     StudyRef, Summary)
 from .rounds import Context, State, play
 from .runner import TrialRunner
-from .search import Constraints, fits, quiet_optuna
+from .search import Constraints, fits, quiet_optuna, trial_record
 from .stats import noise_margin, paired_ratio
 
 MIN_GAIN = 0.03  # a change must gain at least 3%, whatever the noise says
@@ -164,7 +165,12 @@ class Agent:
         ctx = Context(self.storage, self.study, self.runner, Constraints(self.settings.memory_limit, base.first_losses),
                       self.settings.seed, margin, _band(aa, margin), self._compare, self.events, pool=self.pool)
         ctx.note(base.config, base.samples_per_s, base.wall_s)
-        state = self._rounds(ctx, state, deadline)
+        for m in measured:  # each A/A's two sides: more readings of the baseline to pool
+            ctx.note_pairs(base_cfg, base_cfg, m)
+        try:
+            state = self._rounds(ctx, state, deadline)
+        finally:  # an interrupted run's report says how long it ran too
+            r.budget.wall_s = time.time() - t_start
         if state.config != base_cfg:
             self.events.phase("final against baseline")
             sp = self._compare(f"final:{state.config.short()}", base_cfg, state.config, "final against baseline")
@@ -180,8 +186,11 @@ class Agent:
         r, s = self.report, self.settings
         r.budget = Budget(trials_used=0, trials_run_now=0, trials_limit=s.trials, wall_s=0.0, budget_s=s.budget_s)
         attempts, by_name = Attempts(), {x.name: x for x in self.recipes}
+        # A recipe with no value to try on this machine (a range past its cores) is not a choice.
+        usable = [x for x in self.recipes
+                  if x.space(self.runner.device.type, machine.cores(), self.runner.workload.rank_batch)]
         while r.stop_reason is None:
-            choices = rank(self.recipes, state.verdict, self.runner.device.type, self.facts, attempts, ctx.margin, s.only)
+            choices = rank(usable, state.verdict, self.runner.device.type, self.facts, attempts, ctx.margin, s.only)
             reserve = 3 * (ctx.trial_cost() or 0.0)  # a trial, and the final comparison's windows
             if not choices:
                 r.stop_reason = stop_reason(state.verdict, ctx.margin)
@@ -198,8 +207,13 @@ class Agent:
             if joint:
                 by_name[joint.name] = joint
             self._lease.renew()
-            out = play(ctx, len(r.steps) + 1, recipe, target, expected, state, s.trials - r.budget.trials_used,
-                       deadline - reserve if deadline else None, revisit=attempts.times(recipe.name) > 0)
+            ctx.live = []
+            try:
+                out = play(ctx, len(r.steps) + 1, recipe, target, expected, state, s.trials - r.budget.trials_used,
+                           deadline - reserve if deadline else None, revisit=attempts.times(recipe.name) > 0)
+            except BaseException:  # interrupted or failed mid-round: what it measured stays in the report
+                self._partial(ctx, recipe, target, state)
+                raise
             state = out.state
             for tried_recipe in tried:  # the shares it left: a revisit needs its waste to come back
                 attempts.record(tried_recipe, state.verdict)
@@ -210,6 +224,17 @@ class Agent:
             r.final, r.diagnosis, r.final_config = state.summary, state.verdict, state.config.flat()
             r.recommendations = recommendations(r.steps, by_name)
         return state
+
+    def _partial(self, ctx: Context, recipe: Recipe, target: Bottleneck, state: State) -> None:
+        """The round in progress as an undecided step, with the trials it finished."""
+        trials = [trial_record(t) for s in ctx.live for t in s.finished()]
+        if not trials:
+            return
+        r = self.report
+        r.steps.append(Step(round=len(r.steps) + 1, recipe=recipe.name, bottleneck=target, trials=trials,
+                            before=Brief.of(state.summary),
+                            reason="the run stopped before this round could compare and decide"))
+        r.budget.trials_used += len(trials)
 
     def _baseline(self, config: TrainConfig) -> Summary:
         checkpoint("baseline")

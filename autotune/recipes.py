@@ -98,12 +98,15 @@ class Knob:
     min: Any = None
     device: str | None = None
     grow: bool = False  # numeric: the range may grow geometrically past its top (see `grown`)
+    skip_on: tuple[tuple[str, tuple], ...] = ()  # (device, choices that mean nothing there)
 
     def values(self, device: str, cores: int, batch: int) -> list[Any]:
         if self.device and self.device != device:
             return []
         names = {"cores": cores, "batch": batch}
         vals = _divisors(batch) if self.choices == "divisors" else list(self.choices)
+        skip = dict(self.skip_on).get(device, ())
+        vals = [v for v in vals if v not in skip]
         try:
             lo = evaluate(self.min, names) if self.min is not None else None
             hi = evaluate(self.max, names) if self.max is not None else None
@@ -187,10 +190,10 @@ def _parse_knobs(raw: Any, errors: list[str]) -> list[Knob]:
         if not isinstance(spec, dict) or "choices" not in spec:
             errors.append(f"field 'knobs.{key}' needs choices: a list of values, or 'divisors'")
             continue
-        unknown = [k for k in spec if k not in ("choices", "min", "max", "device", "grow")]
+        unknown = [k for k in spec if k not in ("choices", "min", "max", "device", "grow", "skip_on")]
         if unknown:
             errors.append(f"field 'knobs.{key}' has unknown field(s) {', '.join(_show(k) for k in unknown)} "
-                          "(known: choices, min, max, device, grow)")
+                          "(known: choices, min, max, device, grow, skip_on)")
         ch = spec["choices"]
         if not (ch == "divisors" or (isinstance(ch, list) and ch)):
             errors.append(f"field 'knobs.{key}.choices' must be a non-empty list or 'divisors', got {_show(ch)}")
@@ -219,8 +222,14 @@ def _parse_knobs(raw: Any, errors: list[str]) -> list[Knob]:
         grow = spec.get("grow", False)
         if not isinstance(grow, bool):
             errors.append(f"field 'knobs.{key}.grow' must be true or false, got {_show(grow)}")
+        skip_on = spec.get("skip_on") or {}
+        if not isinstance(skip_on, dict) or any(d not in ("cpu", "cuda") or not isinstance(v, list)
+                                                for d, v in skip_on.items()):
+            errors.append(f"field 'knobs.{key}.skip_on' must map cpu and/or cuda to a list of choices, "
+                          f"got {_show(skip_on)}")
+            skip_on = {}
         knobs.append(Knob(key, tuple(ch) if isinstance(ch, list) else ch, spec.get("max"), spec.get("min"),
-                          device, bool(grow)))
+                          device, bool(grow), tuple((d, tuple(v)) for d, v in skip_on.items())))
     return knobs
 
 
@@ -303,8 +312,16 @@ def _parse(path: Any) -> Recipe:
 
 
 def shipped_files() -> list[Any]:
-    """The recipe files shipped with autotune, as importlib resources."""
-    folder = importlib.resources.files(SHIPPED_PACKAGE)
+    """The recipe files shipped with autotune, as importlib resources; run from a source
+    checkout without installing it (`PYTHONPATH=. python -m autotune`), the checkout's
+    `recipes/` folder, which is what the wheel installs as that package."""
+    try:
+        folder: Any = importlib.resources.files(SHIPPED_PACKAGE)
+    except ModuleNotFoundError:
+        folder = Path(__file__).resolve().parents[1] / "recipes"
+        if not folder.is_dir():
+            raise UserError(f"autotune's recipe files are missing (neither the package {SHIPPED_PACKAGE} nor "
+                            f"{str(folder)!r} exists); reinstall autotune.") from None
     return sorted((f for f in folder.iterdir() if f.name.endswith((".yaml", ".yml"))), key=lambda f: f.name)
 
 

@@ -6,6 +6,9 @@ A search measures each config once, so its estimates carry one measurement's noi
 lucky reading of the incumbent would hide real gains. The incumbent's estimate pools
 every reading of it in the run, and each candidate within the noise band of it (best
 first, a few at most) is re-measured in turns against it before anything is decided.
+Since the run holds readings of the incumbent, a round does not measure it again: its
+trials are new configs only. A small space is walked most promising first, and a recipe
+whose most promising config is slower than the incumbent beyond the noise stops there.
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from .config import TrainConfig
 from .diagnose import diagnose, material
 from .events import Listener
 from .recipes import Recipe
-from .record import Bottleneck, Brief, Comparison, Step, Summary, Verdict
+from .record import Bottleneck, Brief, Comparison, Step, Summary, TrialState, Verdict
 from .runner import TrialRunner
-from .search import Constraints, RecipeSearch, fits, stored_summary, trial_record
+from .search import GRID_LIMIT, Constraints, RecipeSearch, fits, normalized, stored_summary, trial_record
 from .stats import paired_ratio
 
 CANDIDATES = 2  # most side-by-side comparisons per round
@@ -58,12 +61,19 @@ class Context:
     readings: dict[str, list[float]] = field(default_factory=dict)  # config key -> every single reading
     walls: list[float] = field(default_factory=list)  # wall time of every measurement (for budgets)
     pool: Any = None  # an `autotune.pool.Dispatcher` when workers measure the trials
+    live: list = field(default_factory=list)  # the round in progress' searches (an interrupted run reports them)
 
     def note(self, config: dict[str, Any], value: float | None, wall: float | None = None) -> None:
         if value is not None:
             self.readings.setdefault(_key(config), []).append(value)
         if wall:
             self.walls.append(wall)
+
+    def note_pairs(self, a: TrainConfig, b: TrainConfig, sp: Comparison) -> None:
+        """A side-by-side comparison's windows as one reading of each config."""
+        if sp.measured and sp.a and sp.b:
+            self.note(a.flat(), statistics.fmean(sp.a))
+            self.note(b.flat(), statistics.fmean(sp.b))
 
     def estimate(self, config: TrainConfig) -> float | None:
         values = self.readings.get(_key(config.flat()))
@@ -74,7 +84,9 @@ class Context:
 
 
 def _key(config: dict[str, Any]) -> str:
-    return repr(sorted(config.items()))
+    """A config's identity in the run: two that mean the same (DataLoader's default prefetch
+    depth, named or not) are one."""
+    return repr(sorted(normalized(TrainConfig().with_changes(config), {}).flat().items()))
 
 
 def _digest(config: dict[str, Any]) -> str:
@@ -101,14 +113,36 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     # from another config searches a study of its own (Optuna's spaces cannot change).
     name = f"{ctx.study}/{round_no:02d}-{recipe.name}-{_digest(state.config.flat())}"
     space = recipe.space(runner.device.type, machine.cores(), runner.workload.rank_batch)  # one rank's batch
-    search = RecipeSearch(ctx.storage, name, space, state.config, runner, ctx.constraints, ctx.seed,
-                          each_knob_first=recipe.each_knob_first, pool=ctx.pool)
+    est = ctx.estimate(state.config) if state.feasible else None  # the run's pooled readings of the incumbent
     n = min(max(REVISIT_TRIALS, recipe.trials // 2) if revisit else recipe.trials, trials_left)
-    ctx.events.recipe(round_no, recipe.name, min(n, search.grid))
-    searches = [search]
-    ran = search.run(n, deadline, on_trial=lambda t: ctx.events.trial(trial_record(t)), cost_s=ctx.trial_cost())
-    skipped = search.skipped
-    grown = _grow(ctx, name, recipe, target, state, searches, trials_left - len(search.finished()), deadline)
+    on_trial = lambda t: ctx.events.trial(trial_record(t))  # noqa: E731
+    lead = next(iter(space), None)
+    if est is not None and not recipe.each_knob_first and len(space) > 1 and len(_ints(space[lead])) > 2 and \
+            math.prod(len(v) for v in space.values()) > GRID_LIMIT:
+        ctx.events.recipe(round_no, recipe.name, n)
+        searches, ran, skipped = _staged(ctx, name, space, state, est, n, deadline, on_trial)
+        search = searches[0]
+    else:
+        search = RecipeSearch(ctx.storage, name, space, state.config, runner, ctx.constraints, ctx.seed,
+                              each_knob_first=recipe.each_knob_first, pool=ctx.pool, incumbent_known=est is not None)
+        ctx.events.recipe(round_no, recipe.name, min(n, search.grid))
+        searches, ran, skipped = [search], 0, 0
+        ctx.live.append(search)
+    probed = None
+    if len(searches) > 1:
+        pass  # staged: its first knob was laddered, the rest searched from the ladder's best
+    elif est is not None and search.walked and target is not Bottleneck.MEMORY and n > 1:
+        # The recipe's most promising config first: when it is slower than the incumbent
+        # beyond the noise, the rest of its space (the same lever, less likely) is not tried.
+        ran = search.run(1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
+        first = search.ranked()
+        if first and first[0].value < est / ctx.band:
+            probed = first[0]
+    if probed is None and len(searches) == 1:
+        ran += search.run(n, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
+        skipped = search.skipped
+    used = sum(len(s.finished()) for s in searches)
+    grown = _grow(ctx, name, recipe, target, state, searches, trials_left - used, deadline)
     ran += sum(s_ran for s_ran, _ in grown)
     trials = [t for s in searches for t in s.finished()]
     for t in trials:
@@ -124,11 +158,103 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     ranked, seen = [], set()
     for t in sorted((t for s in searches for t in s.ranked()), key=lambda t: (-t.value, t.number)):
         key = _key(t.user_attrs.get("config") or {})
-        if key not in seen:  # a grown search re-measures the top config: one candidate
+        if key not in seen:  # one candidate per config
             seen.add(key)
             ranked.append(t)
     state = _decide(ctx, name, recipe, step, state, ranked, deadline)
+    if probed is not None and not step.accepted:
+        step.reason = (f"its most promising config ({_changes(probed)}) measured {probed.value / est:.2f}x the "
+                       f"current config's pooled estimate, below the noise band (1/{ctx.band:.2f}): the rest of its "
+                       f"space was not searched")
     return Outcome(step, state, ran, skipped)
+
+
+def _changes(t: optuna.trial.FrozenTrial) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (t.user_attrs.get("changes") or {}).items()) or "unchanged"
+
+
+def _ladder(values: list[int], start: float | None, down: bool = False) -> list[int]:
+    """A geometric subset of a numeric range, moving away from `start`: each rung at least
+    twice (or at most half) the one before, ending at the range's end (from 0: 1, 2, 3, 4,
+    6, 8 -> 1, 2, 4, 8; down from 25: 10, 5, 2, 1 -> 10, 5, 2, 1)."""
+    out: list[int] = []
+    last = start
+    for v in sorted(values, reverse=down):
+        if last is None or last <= 0 or (v <= last / 2 if down else v >= 2 * last):
+            out.append(v)
+            last = v
+    end = (min if down else max)(values, default=None)
+    if end is not None and end not in out:
+        out.append(end)
+    return out
+
+
+def _staged(ctx: Context, name: str, space: dict[str, list[Any]], state: State, est: float, n: int,
+            deadline: float | None, on_trial: Callable) -> tuple[list[RecipeSearch], int, int]:
+    """A large space whose first knob is numeric (the recipe's main lever: loader workers,
+    DDP bucket size), searched as an engineer would: that knob up a geometric ladder from
+    the incumbent (down, when up does not help), stopping at the first rung slower than the
+    best so far beyond the noise, then the values between the best rung's neighbours, then
+    the other knobs together from the best found (walked in order when few, else TPE).
+    Each stage is its own study; none measures the incumbent again."""
+    lead = next(iter(space))
+    inc = state.config.get(lead)
+    here = inc if isinstance(inc, (int, float)) and not isinstance(inc, bool) else None
+    values = [v for v in _ints(space[lead]) if v != inc]
+    up = _ladder([v for v in values if here is None or v > here], here)
+    down = _ladder([v for v in values if here is not None and v < here], here, down=True)
+    searches: list[RecipeSearch] = []
+    ran = skipped = 0
+
+    def stage(suffix: str, sub: dict[str, list[Any]], start: TrainConfig, k: int, one_by_one: bool = False) -> None:
+        nonlocal ran, skipped
+        s = RecipeSearch(ctx.storage, f"{name}-{suffix}", sub, start, ctx.runner, ctx.constraints, ctx.seed,
+                         pool=ctx.pool, incumbent_known=True)
+        searches.append(s)
+        ctx.live.append(s)
+        if one_by_one:
+            best = max([est] + [t.value for t in (x.best() for x in searches[:-1]) if t is not None])
+            for i in range(min(k, s.grid)):
+                ran += s.run(i + 1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
+                skipped += s.skipped
+                last = s.finished()[-1] if s.finished() else None
+                if last is None or s.skipped or last.user_attrs.get("state") == TrialState.INFEASIBLE.value:
+                    break  # out of time, or past the range's end (out of memory, over the limit)
+                if last.state != optuna.trial.TrialState.COMPLETE:
+                    continue  # this rung failed (a crash): the next may not
+                if last.value < best / ctx.band:
+                    break  # slower than the best rung beyond the noise: past the peak
+                best = max(best, last.value)
+        else:
+            ran += s.run(k, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
+            skipped += s.skipped
+
+    def left() -> int:
+        return n - sum(len(s.finished()) for s in searches)
+
+    def best_config() -> tuple[TrainConfig, Any]:
+        top = max((b for b in (s.best() for s in searches) if b is not None), key=lambda t: t.value, default=None)
+        if top is None or top.value < est:
+            return state.config, state.config.get(lead)
+        return TrainConfig().with_changes(top.user_attrs["config"]), top.user_attrs["config"].get(lead)
+
+    if up:
+        stage(lead, {lead: up}, state.config, left(), one_by_one=True)
+    if down and best_config()[1] == inc and left() > 0:  # up did not help: the other way
+        stage(f"{lead}-down", {lead: down}, state.config, left(), one_by_one=True)
+    _, at = best_config()
+    rungs = sorted({*up, *down, *([here] if here is not None else [])})
+    if at in rungs:
+        i = rungs.index(at)
+        lo, hi = rungs[max(i - 1, 0)], rungs[min(i + 1, len(rungs) - 1)]
+        between = [v for v in values if lo < v < hi and v not in rungs]
+        if between and left() > 0:
+            stage(f"{lead}-between", {lead: between}, state.config, left())
+    start, _ = best_config()
+    rest = {k: v for k, v in space.items() if k != lead}
+    if rest and left() > 0:
+        stage("rest", rest, start, left())
+    return searches, ran, skipped
 
 
 def _ints(values: list[Any]) -> list[int]:
@@ -142,10 +268,11 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
     out: list[tuple[int, str]] = []
     ranges = {k.key: _ints(searches[0].space[k.key]) for k in recipe.knobs if k.grow and k.key in searches[0].space}
     growable = [k for k in recipe.knobs if ranges.get(k.key)]
+    est = ctx.estimate(state.config) if state.feasible else None
     for i in range(GROW_STEPS):
-        best = searches[-1].best()
-        if best is None or not growable or trials_left < 1:
-            break
+        best = max((b for b in (s.best() for s in searches) if b is not None), key=lambda t: t.value, default=None)
+        if best is None or not growable or trials_left < 1 or (est is not None and best.value < est / ctx.band):
+            break  # nothing measured, or the best of the range is slower than the incumbent: no direction to grow
         summary, config = stored_summary(best), TrainConfig().with_changes(best.user_attrs["config"])
         verdict = diagnose(summary, ctx.runner.device.type, ctx.constraints.memory_limit, previous=state.verdict)
         waste = verdict.waste(target)
@@ -162,12 +289,14 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
                 out.append((0, f"{knob.key}: the best trial sits at the top ({top}), the host's limit "
                                f"({limit}, from memory and open files per worker); range not grown"))
                 return out
+            # The top config was just measured: it is the grown search's known incumbent.
             grow = RecipeSearch(ctx.storage, f"{name}-grow{i + 1}", {knob.key: values}, config, ctx.runner,
-                                ctx.constraints, ctx.seed, pool=ctx.pool)
-            ran = grow.run(min(len(values) + 1, trials_left), deadline,
+                                ctx.constraints, ctx.seed, pool=ctx.pool, incumbent_known=True)
+            ran = grow.run(min(len(values), trials_left), deadline,
                            on_trial=lambda t: ctx.events.trial(trial_record(t)), cost_s=ctx.trial_cost())
             trials_left -= len(grow.finished())
             searches.append(grow)
+            ctx.live.append(grow)
             ranges[knob.key] = ranges[knob.key] + values
             out.append((ran, f"{knob.key}: the best trial sat at the top of the range ({top}) and the step still "
                              f"loses {waste.share:.0%} to {target.value}: grown to {', '.join(map(str, values))}"))
@@ -179,8 +308,8 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
 
 def _decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ranked: list, deadline: float | None) -> State:
     """Compare the candidates the search could not tell from the incumbent, best first."""
-    inc = state.config.flat()
-    cands = [t for t in ranked if t.user_attrs.get("config") != inc]
+    inc = _key(state.config.flat())
+    cands = [t for t in ranked if _key(t.user_attrs.get("config") or {}) != inc]
     if not state.feasible:
         cands = cands[:1]  # the incumbent does not fit: the fastest config that fits wins
     else:
@@ -198,13 +327,15 @@ def _decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, r
             break
         cand = TrainConfig().with_changes(best.user_attrs["config"])
         summary = stored_summary(best)
-        step.changes, step.after, step.after_config = state.config.diff(cand), Brief.of(summary), cand.flat()
+        step.changes, step.after, step.after_config = normalized(state.config, {}).diff(cand), Brief.of(summary), cand.flat()
         key = f"{name}:accept:{_digest(cand.flat())}"  # the stored decision is this candidate's
         sp = ctx.compare(key, state.config, cand, f"{recipe.name} against current")
+        ctx.note_pairs(state.config, cand, sp)
         again = None
         if state.feasible and sp.measured and sp.low > ctx.margin:
             again = ctx.compare(f"{name}:confirm:{_digest(cand.flat())}", state.config, cand,
                                 f"{recipe.name} against current, again")
+            ctx.note_pairs(state.config, cand, again)
             sp = pooled(sp, again)
         _verdict(step, sp, state, summary, ctx, best.value, again)
         ctx.events.decision(recipe.name, step.accepted, step.reason or "")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import random
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -29,17 +28,20 @@ from .runner import TrialRunner
 # A trial's mean loss over the first measured steps may differ from the baseline's by at
 # most this fraction (AMP and compilation change rounding, not the trajectory).
 LOSS_TOLERANCE = 0.25
-# Spaces with at most this many points are measured exhaustively, in a seeded order; a
-# larger one is searched by TPE (a joint search measures each knob alone first).
+# Spaces with at most this many points are walked in order (`walk`), as far as the round
+# takes them; a larger one is searched by TPE (a joint search measures each knob alone first).
 GRID_LIMIT = 12
 
 
 def normalized(config: TrainConfig, changes: dict[str, Any]) -> TrainConfig:
     """The config with `changes`, dropping settings that mean nothing in the result
-    (prefetch depth or persistent workers without workers) instead of failing on them."""
+    (prefetch depth or persistent workers without workers) instead of failing on them,
+    and naming DataLoader's own default prefetch depth when workers have none set."""
     flat = {**config.flat(), **changes}
     if not flat["data.num_workers"]:
         flat["data.prefetch_factor"], flat["data.persistent_workers"] = None, False
+    elif flat["data.prefetch_factor"] is None:
+        flat["data.prefetch_factor"] = 2  # what DataLoader does with workers: one config, not two
     return TrainConfig().with_changes(flat)
 
 
@@ -105,6 +107,32 @@ def trial_record(t: optuna.trial.FrozenTrial) -> Trial:
     )
 
 
+def walk(space: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every point of a small space, in the order an engineer would try them: the incumbent
+    (each knob's first value), then one knob changed at a time, then two, ...; within each,
+    the recipe file's order, whose first choices are its most promising."""
+    combos = itertools.product(*(range(len(v)) for v in space.values()))
+    ordered = sorted(combos, key=lambda idx: (sum(1 for i in idx if i), idx))
+    return [{k: space[k][i] for k, i in zip(space, idx)} for idx in ordered]
+
+
+def _distinct(base: TrainConfig, points: list[dict[str, Any]], skip: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """`points` without those that make the same config as an earlier one (prefetch depth
+    without workers, DataLoader's default depth named), or as `skip`; an invalid
+    combination stays (its trial says why)."""
+    seen, out = set(), []
+    for p in ([skip] if skip is not None else []) + points:
+        try:
+            key = repr(sorted(normalized(base, p).flat().items()))
+        except ConfigError:
+            key = repr(sorted(p.items()))
+        if key not in seen:
+            seen.add(key)
+            if p is not skip:
+                out.append(p)
+    return out
+
+
 class RecipeSearch:
     """Search one recipe's space from the incumbent; `run` returns the stored study.
 
@@ -117,14 +145,27 @@ class RecipeSearch:
 
     def __init__(self, storage, name: str, space: dict[str, list[Any]], incumbent: TrainConfig,
                  runner: TrialRunner, constraints: Constraints, seed: int, each_knob_first: bool = False,
-                 pool: Any = None, sampler: optuna.samplers.BaseSampler | None = None) -> None:
-        self.space = {k: list(dict.fromkeys([incumbent.get(k), *v])) for k, v in space.items()}
-        self.incumbent, self.runner, self.constraints, self.pool = incumbent, runner, constraints, pool
-        self.grid = math.prod(len(v) for v in self.space.values())
+                 pool: Any = None, sampler: optuna.samplers.BaseSampler | None = None,
+                 incumbent_known: bool = False) -> None:
+        canonical = normalized(incumbent, {})  # a value that means the same as a choice is that choice
+        self.space = {k: list(dict.fromkeys([canonical.get(k), *v])) for k, v in space.items()}
+        self.incumbent, self.runner, self.constraints, self.pool = canonical, runner, constraints, pool
+        # With `incumbent_known` the run already holds readings of the incumbent (pooled by
+        # the caller), so it is not measured again: `grid` counts the configs left to try.
+        self.walked = math.prod(len(v) for v in self.space.values()) <= GRID_LIMIT
+        first = {k: canonical.get(k) for k in self.space}
+        points = [] if incumbent_known else [first]
+        if self.walked:
+            points += [p for p in walk(self.space) if p != first]
+        elif each_knob_first:  # one knob at a time (what each does alone), then TPE over the combinations
+            points += [{**first, k: v} for k, vs in self.space.items() for v in vs if v != first[k]]
+        self.points = _distinct(canonical, points, skip=first if incumbent_known else None)
+        self.grid = len(self.points) if self.walked else \
+            math.prod(len(v) for v in self.space.values()) - (1 if incumbent_known else 0)
         self.skipped = 0
         self.me = machine.worker_ref(runner.device)
-        # A small space is walked whole (the incumbent first, then a seeded order); a larger
-        # one is searched by TPE from the incumbent.
+        # A small space is walked in order (the incumbent first unless known, then one knob
+        # changed at a time, ...); a larger one is searched by TPE from the incumbent.
         with quiet_optuna():
             self.study = optuna.create_study(
                 study_name=name, storage=storage, direction="maximize", load_if_exists=True,
@@ -133,16 +174,8 @@ class RecipeSearch:
             return  # attached by a worker: the coordinator enqueues
         self.study.set_user_attr(self.KEY, {"space": self.space, "incumbent": incumbent.flat(), "seed": seed,
                                             "memory_limit": constraints.memory_limit,
-                                            "reference_losses": constraints.reference_losses})
-        first = {k: incumbent.get(k) for k in self.space}
-        points = [first]
-        if self.grid <= GRID_LIMIT:
-            rest = [dict(zip(self.space, combo)) for combo in itertools.product(*self.space.values())]
-            random.Random(seed).shuffle(rest)
-            points += [p for p in rest if p != first]
-        elif each_knob_first:  # one knob at a time (what each does alone), then TPE over the combinations
-            points += [{**first, k: v} for k, vs in self.space.items() for v in vs if v != first[k]]
-        self.points = points
+                                            "reference_losses": constraints.reference_losses,
+                                            "incumbent_known": incumbent_known})
         if pool is None:  # measured here, one after the other: the whole queue at once
             for p in self.unqueued(running=False):  # a running trial here was cut off with its run
                 self.study.enqueue_trial(p)
@@ -153,7 +186,8 @@ class RecipeSearch:
         stored = optuna.load_study(study_name=name, storage=storage).user_attrs[cls.KEY]
         incumbent = TrainConfig().with_changes(stored["incumbent"])
         return cls(storage, name, stored["space"], incumbent, runner,
-                   Constraints(stored["memory_limit"], stored["reference_losses"]), stored["seed"], sampler=sampler)
+                   Constraints(stored["memory_limit"], stored["reference_losses"]), stored["seed"], sampler=sampler,
+                   incumbent_known=stored.get("incumbent_known", False))
 
     def unqueued(self, running: bool = True) -> list[dict[str, Any]]:
         """The planned points not measured, queued or (with `running`) being measured yet;

@@ -88,7 +88,11 @@ def collect(run_steps, steps: int, device: torch.device, trace_path: str | None 
     for ev in prof.events():
         name = ev.name
         if name in _SYNC:
-            if name != "aten::_local_scalar_dense" or any(a in _USER_RANGES for a in _ancestors(ev)):
+            # Only the user's own (`.item()` in the loss, ...): not autotune's (the copy of a
+            # pageable batch in h2d, which is the transfer rule's; the clock's window edges),
+            # and one per sync, not again for the runtime call under `.item()`.
+            up = _ancestors(ev)
+            if any(a in _USER_RANGES for a in up) and not any(a in _SYNC for a in up):
                 syncs += 1
         if name.startswith("aten::") and (ev.cpu_parent is None or not ev.cpu_parent.name.startswith("aten::")):
             if "autotune::data" not in _ancestors(ev):  # ops of an in-process loader are input work

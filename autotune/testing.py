@@ -48,9 +48,11 @@ class FakeHandle:
         r, thr = self.runner, self.windows or [self.runner.draw(self.config)]
         mean_thr = statistics.fmean(thr)
         step = r.workload.batch_size / mean_thr
-        true = {s: r.stages(self.config).get(s, 0.0) for s in STAGES}
+        given = r.stages(self.config)
+        names = STAGES + tuple(k for k in given if k not in STAGES)  # e.g. a DDP step's "communication"
+        true = {s: given.get(s, 0.0) for s in names}
         per_window = [r.jitter(true) for _ in thr]  # each window's shares carry the same noise as its throughput
-        shares = {s: statistics.fmean(w[s] for w in per_window) for s in STAGES}
+        shares = {s: statistics.fmean(w[s] for w in per_window) for s in names}
         losses = r.losses(self.config)
         return Summary(
             config=self.config.flat(), samples_per_s=mean_thr, windows_samples_per_s=list(thr),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import optuna
+import pytest
 
 from autotune.agent import Agent, Settings
 from autotune.record import Bottleneck, TrialState
@@ -72,7 +73,7 @@ def test_memory_limit_makes_trials_infeasible_and_a_fitting_config_wins(tmp_path
 
 def test_crashing_trials_fail_with_reason_and_the_search_goes_on(tmp_path):
     def speed(c):
-        if c.data.num_workers == 3:
+        if c.data.num_workers == 2:  # a rung of the workers ladder (1, 2, 4, 8)
             raise TrialFailed("crash", "the trial process killed by signal 11 (SIGSEGV)")
         return io_speed(c)
 
@@ -80,6 +81,7 @@ def test_crashing_trials_fail_with_reason_and_the_search_goes_on(tmp_path):
     failed = [t for t in r.steps[0].trials if t.state is TrialState.FAILED]
     assert failed and "SIGSEGV" in failed[0].reason
     assert r.steps[0].accepted
+    assert r.final_config["data.num_workers"] > 2  # the ladder went on past the crash
 
 
 def test_resume_reuses_finished_trials(tmp_path):
@@ -98,3 +100,25 @@ def test_trial_budget_is_respected(tmp_path):
     r = run_agent(runner, tmp_path, trials=3)
     assert r.budget.trials_used <= 3
     assert len(runner.measured) <= 1 + 3  # the baseline, then at most 3 trials
+
+
+def test_a_run_stopped_mid_round_reports_the_trials_that_round_finished(tmp_path):
+    """SIGTERM (or Ctrl-C) during a round: its finished trials are in the report as an
+    undecided step, counted in the budget, with the wall time so far."""
+
+    class Stopping(FakeRunner):
+        def measure(self, config, trace=None, on_window=None):
+            if config.data.num_workers == 4:  # the third rung of the workers ladder
+                raise KeyboardInterrupt
+            return super().measure(config, trace, on_window)
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}")
+    agent = Agent(Stopping(io_speed, stages=io_stages), load_recipes(), storage, "s", Settings(), {"conv": False})
+    with pytest.raises(KeyboardInterrupt):
+        agent.run()
+    r = agent.report
+    assert not r.complete and len(r.steps) == 1
+    step = r.steps[0]
+    assert step.recipe == "dataloader" and not step.accepted and "stopped before" in step.reason
+    assert [t.config["data.num_workers"] for t in step.trials] == [1, 2]
+    assert r.budget.trials_used == 2 and r.budget.wall_s > 0

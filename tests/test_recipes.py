@@ -20,7 +20,7 @@ def test_the_ladder_is_in_design_order():
     names = [r.name for r in SHIPPED]
     # ddp (DDP workloads only) changes no number computed, only how gradients are sent:
     # cheap, beside the transfer settings; the design's ladder keeps its order around it.
-    assert names == ["dataloader", "transfer", "ddp", "optimizer-impl", "tf32-cudnn", "amp", "channels-last", "compile",
+    assert names == ["dataloader", "threads", "transfer", "ddp", "optimizer-impl", "tf32-cudnn", "amp", "channels-last", "compile",
                      "micro-batch", "activation-checkpointing"]
 
 
@@ -42,13 +42,20 @@ def test_ranges_adapt_to_the_machine():
     assert max(loader.space("cpu", cores=2, batch=32)["data.num_workers"]) == 8
     assert max(loader.space("cpu", cores=4, batch=32)["data.num_workers"]) == 16
     assert "backend.num_threads" not in loader.space("cuda", cores=2, batch=32)
+    threads = next(r for r in SHIPPED if r.name == "threads")
+    assert threads.space("cpu", cores=2, batch=32) == {"backend.num_threads": [1]}
+    assert threads.space("cpu", cores=16, batch=32) == {"backend.num_threads": [8, 4, 2, 1]}  # half the cores first
+    assert threads.space("cpu", cores=1, batch=32) == {}  # nothing fewer than one core
+    compile_ = next(r for r in SHIPPED if r.name == "compile")
+    assert "reduce-overhead" in compile_.space("cuda", 2, 32)["compile.mode"]
+    assert compile_.space("cpu", 2, 32)["compile.mode"] == ["default", "max-autotune-no-cudagraphs"]  # no CUDA graphs
     micro = next(r for r in SHIPPED if r.name == "micro-batch")
     assert micro.space("cpu", 2, 96)["memory.micro_batch_size"] == [6, 8, 12, 16, 24, 32, 48]
 
 
 def test_matching_respects_device_and_model_facts():
     none = {"conv": False, "checkpoint_blocks": False}
-    assert [r.name for r in matching(SHIPPED, Bottleneck.INPUT, "cpu", none)] == ["dataloader"]
+    assert [r.name for r in matching(SHIPPED, Bottleneck.INPUT, "cpu", none)] == ["dataloader", "threads"]
     assert "transfer" in [r.name for r in matching(SHIPPED, Bottleneck.INPUT, "cuda", none)]
     assert [r.name for r in matching(SHIPPED, Bottleneck.MEMORY, "cpu", none)] == ["amp", "micro-batch"]
     both = {"conv": True, "checkpoint_blocks": True}
@@ -85,6 +92,17 @@ def test_a_user_recipe_is_used_without_code_changes(tmp_path):
     r = Agent(runner, recipes, storage, "s", Settings(), {"conv": False, "checkpoint_blocks": False}).run()
     assert r.final_config["data.num_workers"] == 3
     assert {m["data.num_workers"] for m in runner.measured} == {0, 3}
+
+
+def test_a_source_checkout_reads_its_own_recipes_folder(monkeypatch):
+    """Run from a checkout that was never installed (`PYTHONPATH=. python -m autotune`),
+    the package the wheel maps `recipes/` to does not exist: the folder itself is read."""
+    import autotune.recipes as recipes
+
+    monkeypatch.setattr(recipes, "SHIPPED_PACKAGE", "autotune_not_installed_recipe_files")
+    assert [f.name for f in recipes.shipped_files()] == sorted(f.name for f in recipes.Path(recipes.__file__)
+                                                                .resolve().parents[1].joinpath("recipes").glob("*.yaml"))
+    assert [r.name for r in load_recipes()] == [r.name for r in SHIPPED]
 
 
 def test_missing_recipes_folder_is_a_user_error(tmp_path):
