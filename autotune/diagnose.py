@@ -130,12 +130,17 @@ class _Rules:
             return None
         ev = {"syncs_per_step": n, "threshold": SYNCS_PER_STEP}
         if self.device == "cuda":  # the launch queue drains at each sync: the GPU's idle time is the cost
-            share = max(0.0, 1.0 - (self.sig.get("gpu_busy") or 1.0))
-            note = ""
+            share, note = self._gpu_idle(), ""
         else:
             share, note = 0.0, " (on CPU a sync costs little; on a GPU it stalls the launch queue)"
         return Waste(cls=Bottleneck.SYNC, share=share, max_gain=amdahl(share), evidence=ev,
                      reason=f"{n:.1f} host-device syncs per step in the model/loss code{note}")
+
+    def _gpu_idle(self) -> float:
+        """The GPU's idle share of the step that the host's launches and syncs leave: not the
+        time it waited for the next batch or its copy (the input and transfer rules' share)."""
+        idle = 1.0 - (self.sig.get("gpu_busy") or 1.0)
+        return max(0.0, idle - self.shares.get("data", 0.0) - self.shares.get("h2d", 0.0))
 
     def launch(self) -> Waste | None:
         ops, mean_us = self.sig.get("ops_per_step") or 0.0, self.sig.get("mean_op_us")
@@ -143,7 +148,8 @@ class _Rules:
             busy, short = self.sig.get("gpu_busy") or 1.0, self.sig.get("short_kernel_share") or 0.0
             if not (busy < GPU_BUSY and short > SHORT_KERNEL_SHARE):
                 return None
-            share, reason = 1.0 - busy, f"the GPU is busy {busy:.0%} of the time with mostly short kernels"
+            share = self._gpu_idle()
+            reason = f"the GPU is busy {busy:.0%} of the time with mostly short kernels"
             ev = {"gpu_busy": busy, "gpu_busy_threshold": GPU_BUSY, "short_kernel_share": short}
         else:
             if mean_us is None or mean_us >= CPU_MEAN_OP_US or ops < CPU_OPS_PER_STEP:

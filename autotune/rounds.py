@@ -117,29 +117,26 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     n = min(max(REVISIT_TRIALS, recipe.trials // 2) if revisit else recipe.trials, trials_left)
     on_trial = lambda t: ctx.events.trial(trial_record(t))  # noqa: E731
     lead = next(iter(space), None)
+    probed = None
     if est is not None and not recipe.each_knob_first and len(space) > 1 and len(_ints(space[lead])) > 2 and \
             math.prod(len(v) for v in space.values()) > GRID_LIMIT:
         ctx.events.recipe(round_no, recipe.name, n)
         searches, ran, skipped = _staged(ctx, name, space, state, est, n, deadline, on_trial)
-        search = searches[0]
     else:
         search = RecipeSearch(ctx.storage, name, space, state.config, runner, ctx.constraints, ctx.seed,
                               each_knob_first=recipe.each_knob_first, pool=ctx.pool, incumbent_known=est is not None)
         ctx.events.recipe(round_no, recipe.name, min(n, search.grid))
-        searches, ran, skipped = [search], 0, 0
+        searches, ran = [search], 0
         ctx.live.append(search)
-    probed = None
-    if len(searches) > 1:
-        pass  # staged: its first knob was laddered, the rest searched from the ladder's best
-    elif est is not None and search.walked and target is not Bottleneck.MEMORY and n > 1:
-        # The recipe's most promising config first: when it is slower than the incumbent
-        # beyond the noise, the rest of its space (the same lever, less likely) is not tried.
-        ran = search.run(1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
-        first = search.ranked()
-        if first and first[0].value < est / ctx.band:
-            probed = first[0]
-    if probed is None and len(searches) == 1:
-        ran += search.run(n, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
+        if est is not None and search.walked and target is not Bottleneck.MEMORY and n > 1:
+            # The recipe's most promising config first: when it is slower than the incumbent
+            # beyond the noise, the rest of its space (the same lever, less likely) is not tried.
+            ran = search.run(1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
+            first = search.ranked()
+            if first and first[0].value < est / ctx.band:
+                probed = first[0]
+        if probed is None:
+            ran += search.run(n, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
         skipped = search.skipped
     used = sum(len(s.finished()) for s in searches)
     grown = _grow(ctx, name, recipe, target, state, searches, trials_left - used, deadline)

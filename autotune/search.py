@@ -243,13 +243,16 @@ class RecipeSearch:
             cost_s: float | None = None) -> int:
         """Run until `n_trials` are finished (resumed ones count); returns how many ran now.
 
-        A trial that cannot finish before `deadline` (estimated to take `cost_s`) is not
-        started; `skipped` counts them."""
+        A trial that cannot finish before `deadline` (estimated to take `cost_s`, or as long
+        as the longest of this search's own trials: a compile round's trials cost alike, and
+        far more than the run's earlier ones) is not started; `skipped` counts them."""
         if self.pool is not None:
             return self.pool.run(self, n_trials, deadline, on_trial, cost_s)
         ran, self.skipped = 0, 0
         while len(self.finished()) < min(n_trials, self.grid):
-            if deadline is not None and time.time() + (cost_s or 0.0) >= deadline:
+            own = [s.wall_s for s in map(stored_summary, self.finished()) if s is not None and s.wall_s]
+            cost = max([cost_s or 0.0, *own])
+            if deadline is not None and time.time() + cost >= deadline:
                 self.skipped = min(n_trials, self.grid) - len(self.finished())
                 break
             done: list[optuna.trial.FrozenTrial] = []

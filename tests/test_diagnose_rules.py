@@ -267,3 +267,16 @@ def test_verdict_round_trips_through_json():
     v = diagnose(summary(with_data(0.3)), "cpu", memory_limit=10**9)
     again = type(v).model_validate_json(v.model_dump_json())
     assert again == v
+
+
+def test_on_cuda_the_idle_time_spent_waiting_for_data_is_inputs_not_launchs():
+    """Seen on an H200 (resnet_jpeg): the GPU busy 5% of the step, data 51%, mostly short
+    kernels. The idle GPU waits for the next batch half the time: the step is input-bound
+    first, and launch overhead owns only the idle time that is left (44%)."""
+    s = summary(with_data(0.51, h2d=0.02), gpu_busy=0.05, short_kernel_share=0.76)
+    v = diagnose(s, "cuda")
+    assert v.bottleneck is Bottleneck.INPUT
+    assert v.waste(Bottleneck.LAUNCH).share == pytest.approx(0.95 - 0.51 - 0.02)
+    # a step that does not wait for data keeps all of the idle time as launch overhead
+    assert diagnose(summary(gpu_busy=0.05, short_kernel_share=0.76), "cuda").waste(Bottleneck.LAUNCH).share == \
+        pytest.approx(0.95)

@@ -144,18 +144,18 @@ def test_fused_optimizer_on_cuda():
     assert all(math.isfinite(v) for v in t.train(2))
 
 
-def _check_measurement(m: autotune.Measurement, steps: int) -> dict:
+def _check_measurement(m: autotune.Measurement, steps: int) -> autotune.Summary:
     s = m.summary()
-    assert s["measured_steps"] == steps
+    assert s.measured_steps == steps
     for w in m.windows:
         assert w.samples_per_s > 0
         for step in w.steps:
             assert all(step[k] >= 0 for k in STAGES), step
             assert sum(step[k] for k in STAGES) == pytest.approx(step["step"], rel=1e-6, abs=1e-9)
             assert step["forward"] > 0 and step["backward"] > 0 and step["optimizer"] > 0
-    assert sum(v["s"] for v in s["stages"].values()) == pytest.approx(s["step_time_s"]["mean"], rel=1e-9)
+    assert sum(v.s for v in s.stages.values()) == pytest.approx(s.step_time_s.mean, rel=1e-9)
     assert m.peak_memory_bytes is not None and m.peak_memory_bytes > 0
-    assert s["samples_per_s"] > 0
+    assert s.samples_per_s > 0
     return s
 
 
@@ -163,7 +163,7 @@ def _check_measurement(m: autotune.Measurement, steps: int) -> dict:
 def test_measure_on_cuda(flat):
     m = measure(make(), from_flat(flat), CUDA, Protocol(windows=2, steps=5, warmup_steps=1))
     s = _check_measurement(m, 10)
-    assert s["config"] == from_flat(flat).flat()
+    assert s.config == from_flat(flat).flat()
     assert all(math.isfinite(v) for w in m.windows for v in w.losses)
 
 

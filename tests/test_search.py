@@ -7,6 +7,7 @@ import math
 import subprocess
 import sys
 import textwrap
+import time
 
 import optuna
 import pytest
@@ -385,3 +386,19 @@ def test_no_trial_is_left_unfinished():
     s.run(n_trials=10, deadline=None)
     assert all(t.state.is_finished() for t in s.study.trials)
     assert not any(math.isnan(t.value) for t in s.study.trials if t.value is not None)
+
+
+def test_a_search_whose_trials_run_long_does_not_start_one_past_the_deadline():
+    """The run's earlier trials took a second; this search's first took 50 s (a compile):
+    with 30 s left, the next one is not started, whatever the run-wide estimate says."""
+
+    class Slow(FakeRunner):
+        def measure(self, config, trace=None, on_window=None):
+            return super().measure(config, trace, on_window).model_copy(update={"wall_s": 50.0})
+
+    runner = Slow(speed_by_workers, noise=0.0)
+    s = search(runner)
+    assert s.run(n_trials=1, deadline=None) == 1
+    assert s.run(n_trials=3, deadline=time.time() + 30, cost_s=1.0) == 0
+    assert s.skipped == 2 and len(runner.measured) == 1
+    assert s.run(n_trials=3, deadline=time.time() + 300, cost_s=1.0) == 2  # with time, it goes on

@@ -93,9 +93,10 @@ def verdict_lines(v: Verdict) -> list[str]:
 
 def recipe_table(recipes: Sequence[Recipe], device: str | None = None, facts: dict[str, bool] | None = None,
                  title: str = "Recipe ladder (cheapest first)") -> Table:
-    """The recipes with rank, targets and knobs; with a device, whether each applies there."""
+    """The recipes with their cost rank, targets and knobs; with a device, whether each
+    applies there. The rows keep the given order (tune's order is by gain per cost)."""
     t = Table(title=title, title_justify="left")
-    for c in ("rank", "recipe", "targets", "knobs", "applies", "what it does"):
+    for c in ("cost", "recipe", "targets", "knobs", "applies", "what it does"):
         t.add_column(c, overflow="fold")
     for r in recipes:
         ok, why = r.applies(device, facts or {}) if device else (True, "")
@@ -114,7 +115,7 @@ def print_profile(workload: str, device: str, batch_size: int, summary: Summary,
         batch_size: The workload's batch size.
         summary: The measurement of the default config.
         verdict: Its diagnosis.
-        recipes: The recipes that match the verdict, cheapest first.
+        recipes: The recipes worth a search, in the order tune tries them.
         facts: What recipes may require of the model (`conv`, `checkpoint_blocks`).
         advice: What to do when no recipe matches.
     """
