@@ -124,7 +124,8 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
         searches, ran, skipped = _staged(ctx, name, space, state, est, n, deadline, on_trial)
     else:
         search = RecipeSearch(ctx.storage, name, space, state.config, runner, ctx.constraints, ctx.seed,
-                              each_knob_first=recipe.each_knob_first, pool=ctx.pool, incumbent_known=est is not None)
+                              each_knob_first=recipe.each_knob_first, pool=ctx.pool,
+                              incumbent_known=est is not None or not state.feasible)  # over the limit: known not to fit
         ctx.events.recipe(round_no, recipe.name, min(n, search.grid))
         searches, ran = [search], 0
         ctx.live.append(search)

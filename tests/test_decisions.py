@@ -122,6 +122,7 @@ def test_the_memory_search_takes_the_fastest_fit_not_the_first(tmp_path):
     assert fits[0].samples_per_s < fastest.samples_per_s, "the first fit is not the one taken"
     assert r.final.peak_memory_bytes <= 100
     assert r.final_config["precision.amp"] == "bf16"
+    assert all(t.changes for t in step.trials), "the config over the limit is not measured again"
 
 
 def test_a_candidate_within_noise_of_a_lucky_incumbent_is_compared(tmp_path):
