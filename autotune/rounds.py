@@ -191,8 +191,8 @@ def _staged(ctx: Context, name: str, space: dict[str, list[Any]], state: State, 
             deadline: float | None, on_trial: Callable) -> tuple[list[RecipeSearch], int, int]:
     """A large space whose first knob is numeric (the recipe's main lever: loader workers,
     DDP bucket size), searched as an engineer would: that knob up a geometric ladder from
-    the incumbent (down, when up does not help), stopping at the first rung slower than the
-    best so far beyond the noise, then the values between the best rung's neighbours, then
+    the incumbent (down, when up does not help), stopping at the first rung after the first
+    that is slower than the best so far beyond the noise, then the values between the best rung's neighbours, then
     the other knobs together from the best found (walked in order when few, else TPE).
     Each stage is its own study; none measures the incumbent again."""
     lead = next(iter(space))
@@ -220,8 +220,9 @@ def _staged(ctx: Context, name: str, space: dict[str, list[Any]], state: State, 
                     break  # out of time, or past the range's end (out of memory, over the limit)
                 if last.state != optuna.trial.TrialState.COMPLETE:
                     continue  # this rung failed (a crash): the next may not
-                if last.value < best / ctx.band:
-                    break  # slower than the best rung beyond the noise: past the peak
+                if last.value < best / ctx.band and i > 0:
+                    break  # slower than the best rung beyond the noise: past the peak (the first
+                    # rung may dip: one loader worker is often slower than loading in the step)
                 best = max(best, last.value)
         else:
             ran += s.run(k, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
@@ -261,8 +262,9 @@ def _ints(values: list[Any]) -> list[int]:
 
 def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: State, searches: list[RecipeSearch],
           trials_left: int, deadline: float | None) -> list[tuple[int, str]]:
-    """While the best trial sits at the top of a growable knob's range and its waste is
-    still material, search that knob at twice and four times the top (within the guard)."""
+    """While the best trial sits at the top of a growable knob's range (or the top's trial
+    is within the noise of the best) and its waste is still material, search that knob at
+    twice and four times the top (within the guard)."""
     out: list[tuple[int, str]] = []
     ranges = {k.key: _ints(searches[0].space[k.key]) for k in recipe.knobs if k.grow and k.key in searches[0].space}
     growable = [k for k in recipe.knobs if ranges.get(k.key)]
@@ -271,15 +273,20 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
         best = max((b for b in (s.best() for s in searches) if b is not None), key=lambda t: t.value, default=None)
         if best is None or not growable or trials_left < 1 or (est is not None and best.value < est / ctx.band):
             break  # nothing measured, or the best of the range is slower than the incumbent: no direction to grow
-        summary, config = stored_summary(best), TrainConfig().with_changes(best.user_attrs["config"])
+        summary = stored_summary(best)
         verdict = diagnose(summary, ctx.runner.device.type, ctx.constraints.memory_limit, previous=state.verdict)
         waste = verdict.waste(target)
         if waste is None or not material(waste, ctx.margin):
             break
         for knob in growable:
             top = max(ranges[knob.key])
-            if config.get(knob.key) != top:
+            # The top's own reading, when it is not the best: one reading of each is within
+            # the noise of the other, so the range has not shown a peak below its top.
+            at_top = max((t for s in searches for t in s.ranked() if (t.user_attrs.get("config") or {}).get(knob.key)
+                          == top), key=lambda t: t.value, default=None)
+            if at_top is None or at_top.value < best.value / ctx.band:
                 continue
+            summary, config = stored_summary(at_top), TrainConfig().with_changes(at_top.user_attrs["config"])
             limit = machine.growth_limit(knob.key, summary)
             values = sorted({min(v, limit) for v in (2 * top, 4 * top)} - {top})
             values = [v for v in values if v > top]
