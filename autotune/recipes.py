@@ -136,6 +136,9 @@ class Recipe:
     removes: float = 0.8
     compute_speedup: float = 1.1
     each_knob_first: bool = False  # a joint search: measure each knob alone before combining them
+    # Its configs are alternatives, most promising first (fused, then foreach): the next is
+    # measured only when the ones before could not run (failed, or over the memory limit).
+    fallbacks: bool = False
 
     def applies(self, device: str, facts: dict[str, bool]) -> tuple[bool, str]:
         if device not in self.devices:
@@ -271,7 +274,7 @@ def _parse(path: Any) -> Recipe:
         raise UserError(f"{where} must be a mapping with name, targets, cost, knobs, tradeoffs.")
     errors: list[str] = []
     known = {"name", "summary", "targets", "cost", "applies", "knobs", "trials", "tradeoffs", "snippet", "removes",
-             "compute_speedup"}
+             "compute_speedup", "fallbacks"}
     errors += [f"unknown field {_show(k)} (known: {', '.join(sorted(known))})" for k in data if k not in known]
     errors += [f"missing field {k!r}" for k in ("name", "targets", "cost", "knobs", "tradeoffs") if k not in data]
     name = _text_field(data, "name", errors, required="name" in data)
@@ -301,13 +304,16 @@ def _parse(path: Any) -> Recipe:
         errors.append(f"field 'trials' must be a whole number from 1 to {MAX_TRIALS}, got {_show(trials)}")
     removes = _number(data, "removes", 0.8, 0.0, 1.0, errors)
     speedup = _number(data, "compute_speedup", 1.1, 1.0, 100.0, errors)
+    fallbacks = data.get("fallbacks", False)
+    if not isinstance(fallbacks, bool):
+        errors.append(f"field 'fallbacks' must be true or false, got {_show(fallbacks)}")
     if errors:
         raise UserError(f"{where} is malformed: " + "; ".join(errors) + ".")
     return Recipe(
         name=name, summary=summary, targets=tuple(Bottleneck(t) for t in targets),
         cost=data["cost"], devices=tuple(devices), requires=tuple(requires), knobs=tuple(knobs), trials=trials,
         tradeoffs=" ".join(tradeoffs.split()), snippet=snippet, source=str(path),
-        removes=removes, compute_speedup=speedup,
+        removes=removes, compute_speedup=speedup, fallbacks=bool(fallbacks),
     )
 
 

@@ -26,8 +26,9 @@ from . import machine
 from .config import TrainConfig
 from .diagnose import diagnose, material
 from .events import Listener
+from .ladder import ints, staged
 from .recipes import Recipe
-from .record import Bottleneck, Brief, Comparison, Step, Summary, TrialState, Verdict
+from .record import Bottleneck, Brief, Comparison, Step, Summary, Verdict
 from .runner import TrialRunner
 from .search import GRID_LIMIT, Constraints, RecipeSearch, fits, normalized, stored_summary, trial_record
 from .stats import paired_ratio
@@ -118,10 +119,10 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     on_trial = lambda t: ctx.events.trial(trial_record(t))  # noqa: E731
     lead = next(iter(space), None)
     probed = None
-    if est is not None and not recipe.each_knob_first and len(space) > 1 and len(_ints(space[lead])) > 2 and \
+    if est is not None and not recipe.each_knob_first and len(space) > 1 and len(ints(space[lead])) > 2 and \
             math.prod(len(v) for v in space.values()) > GRID_LIMIT:
         ctx.events.recipe(round_no, recipe.name, n)
-        searches, ran, skipped = _staged(ctx, name, space, state, est, n, deadline, on_trial)
+        searches, ran, skipped = staged(ctx, name, space, state, est, n, deadline, on_trial)
     else:
         search = RecipeSearch(ctx.storage, name, space, state.config, runner, ctx.constraints, ctx.seed,
                               each_knob_first=recipe.each_knob_first, pool=ctx.pool,
@@ -129,15 +130,19 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
         ctx.events.recipe(round_no, recipe.name, min(n, search.grid))
         searches, ran = [search], 0
         ctx.live.append(search)
-        if est is not None and search.walked and target is not Bottleneck.MEMORY and n > 1:
-            # The recipe's most promising config first: when it is slower than the incumbent
-            # beyond the noise, the rest of its space (the same lever, less likely) is not tried.
-            ran = search.run(1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
-            first = search.ranked()
-            if first and first[0].value < est / ctx.band:
-                probed = first[0]
-        if probed is None:
-            ran += search.run(n, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
+        if recipe.fallbacks and search.walked and est is not None:  # the first config that runs is the round's
+            while len(search.finished()) < min(n, search.grid) and not search.ranked() and not search.skipped:
+                ran += search.run(len(search.finished()) + 1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
+        else:
+            if est is not None and search.walked and target is not Bottleneck.MEMORY and n > 1:
+                # The recipe's most promising config first: when it is slower than the incumbent
+                # beyond the noise, the rest of its space (the same lever, less likely) is not tried.
+                ran = search.run(1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
+                first = search.ranked()
+                if first and first[0].value < est / ctx.band:
+                    probed = first[0]
+            if probed is None:
+                ran += search.run(n, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
         skipped = search.skipped
     used = sum(len(s.finished()) for s in searches)
     grown = _grow(ctx, name, recipe, target, state, searches, trials_left - used, deadline)
@@ -171,102 +176,13 @@ def _changes(t: optuna.trial.FrozenTrial) -> str:
     return ", ".join(f"{k}={v}" for k, v in (t.user_attrs.get("changes") or {}).items()) or "unchanged"
 
 
-def _ladder(values: list[int], start: float | None, down: bool = False) -> list[int]:
-    """A geometric subset of a numeric range, moving away from `start`: each rung at least
-    twice (or at most half) the one before, ending at the range's end (from 0: 1, 2, 3, 4,
-    6, 8 -> 1, 2, 4, 8; down from 25: 10, 5, 2, 1 -> 10, 5, 2, 1)."""
-    out: list[int] = []
-    last = start
-    for v in sorted(values, reverse=down):
-        if last is None or last <= 0 or (v <= last / 2 if down else v >= 2 * last):
-            out.append(v)
-            last = v
-    end = (min if down else max)(values, default=None)
-    if end is not None and end not in out:
-        out.append(end)
-    return out
-
-
-def _staged(ctx: Context, name: str, space: dict[str, list[Any]], state: State, est: float, n: int,
-            deadline: float | None, on_trial: Callable) -> tuple[list[RecipeSearch], int, int]:
-    """A large space whose first knob is numeric (the recipe's main lever: loader workers,
-    DDP bucket size), searched as an engineer would: that knob up a geometric ladder from
-    the incumbent (down, when up does not help), stopping at the first rung after the first
-    that is slower than the best so far beyond the noise, then the values between the best rung's neighbours, then
-    the other knobs together from the best found (walked in order when few, else TPE).
-    Each stage is its own study; none measures the incumbent again."""
-    lead = next(iter(space))
-    inc = state.config.get(lead)
-    here = inc if isinstance(inc, (int, float)) and not isinstance(inc, bool) else None
-    values = [v for v in _ints(space[lead]) if v != inc]
-    up = _ladder([v for v in values if here is None or v > here], here)
-    down = _ladder([v for v in values if here is not None and v < here], here, down=True)
-    searches: list[RecipeSearch] = []
-    ran = skipped = 0
-
-    def stage(suffix: str, sub: dict[str, list[Any]], start: TrainConfig, k: int, one_by_one: bool = False) -> None:
-        nonlocal ran, skipped
-        s = RecipeSearch(ctx.storage, f"{name}-{suffix}", sub, start, ctx.runner, ctx.constraints, ctx.seed,
-                         pool=ctx.pool, incumbent_known=True)
-        searches.append(s)
-        ctx.live.append(s)
-        if one_by_one:
-            best = max([est] + [t.value for t in (x.best() for x in searches[:-1]) if t is not None])
-            for i in range(min(k, s.grid)):
-                ran += s.run(i + 1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
-                skipped += s.skipped
-                last = s.finished()[-1] if s.finished() else None
-                if last is None or s.skipped or last.user_attrs.get("state") == TrialState.INFEASIBLE.value:
-                    break  # out of time, or past the range's end (out of memory, over the limit)
-                if last.state != optuna.trial.TrialState.COMPLETE:
-                    continue  # this rung failed (a crash): the next may not
-                if last.value < best / ctx.band and i > 0:
-                    break  # slower than the best rung beyond the noise: past the peak (the first
-                    # rung may dip: one loader worker is often slower than loading in the step)
-                best = max(best, last.value)
-        else:
-            ran += s.run(k, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
-            skipped += s.skipped
-
-    def left() -> int:
-        return n - sum(len(s.finished()) for s in searches)
-
-    def best_config() -> tuple[TrainConfig, Any]:
-        top = max((b for b in (s.best() for s in searches) if b is not None), key=lambda t: t.value, default=None)
-        if top is None or top.value < est:
-            return state.config, state.config.get(lead)
-        return TrainConfig().with_changes(top.user_attrs["config"]), top.user_attrs["config"].get(lead)
-
-    if up:
-        stage(lead, {lead: up}, state.config, left(), one_by_one=True)
-    if down and best_config()[1] == inc and left() > 0:  # up did not help: the other way
-        stage(f"{lead}-down", {lead: down}, state.config, left(), one_by_one=True)
-    _, at = best_config()
-    rungs = sorted({*up, *down, *([here] if here is not None else [])})
-    if at in rungs:
-        i = rungs.index(at)
-        lo, hi = rungs[max(i - 1, 0)], rungs[min(i + 1, len(rungs) - 1)]
-        between = [v for v in values if lo < v < hi and v not in rungs]
-        if between and left() > 0:
-            stage(f"{lead}-between", {lead: between}, state.config, left())
-    start, _ = best_config()
-    rest = {k: v for k, v in space.items() if k != lead}
-    if rest and left() > 0:
-        stage("rest", rest, start, left())
-    return searches, ran, skipped
-
-
-def _ints(values: list[Any]) -> list[int]:
-    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
-
-
 def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: State, searches: list[RecipeSearch],
           trials_left: int, deadline: float | None) -> list[tuple[int, str]]:
     """While the best trial sits at the top of a growable knob's range (or the top's trial
     is within the noise of the best) and its waste is still material, search that knob at
     twice and four times the top (within the guard)."""
     out: list[tuple[int, str]] = []
-    ranges = {k.key: _ints(searches[0].space[k.key]) for k in recipe.knobs if k.grow and k.key in searches[0].space}
+    ranges = {k.key: ints(searches[0].space[k.key]) for k in recipe.knobs if k.grow and k.key in searches[0].space}
     growable = [k for k in recipe.knobs if ranges.get(k.key)]
     est = ctx.estimate(state.config) if state.feasible else None
     for i in range(GROW_STEPS):

@@ -266,29 +266,45 @@ COMPUTE_ONLY = {"forward": 0.5, "backward": 0.5}
 
 
 def test_a_recipe_whose_most_promising_config_is_clearly_slower_stops_there(tmp_path):
-    """fused is the optimizer recipe's first choice; it is 30% slower here, so foreach (the
-    same lever, less of it) is not measured; the incumbent is not measured again either."""
+    """compile's first mode (default) is 30% slower here, so max-autotune (the same
+    compiler, longer) is not measured; the incumbent is not measured again either."""
 
     def speed(c):
-        return 100.0 * {"default": 1.0, "fused": 0.7, "foreach": 0.75}[c.optimizer.impl]
+        return 100.0 * {"none": 1.0, "default": 0.7, "max-autotune-no-cudagraphs": 0.75}[c.compile.mode]
 
     runner = FakeRunner(speed, noise=0.01, stages=lambda c: COMPUTE_ONLY)
-    r = run_agent(runner, tmp_path, only=("optimizer-impl",))
+    r = run_agent(runner, tmp_path, only=("compile",))
     step = r.steps[0]
-    assert [t.changes for t in step.trials] == [{"optimizer.impl": ["default", "fused"]}]
+    assert [t.changes for t in step.trials] == [{"compile.mode": ["none", "default"]}]
     assert not step.accepted and "the rest of its space was not searched" in step.reason, step.reason
     assert r.budget.trials_used == 1
-    assert all(c["optimizer.impl"] != "foreach" for c in runner.measured)
+    assert all(c["compile.mode"] != "max-autotune-no-cudagraphs" for c in runner.measured)
 
 
-def test_a_promising_first_config_lets_the_round_walk_the_rest(tmp_path):
+def test_a_fallback_is_measured_only_when_the_first_choice_cannot_run(tmp_path):
+    """foreach is the optimizer recipe's fallback: not measured when fused runs (and helps),
+    measured and kept when fused cannot run with this optimizer."""
+    from autotune.errors import TrialFailed
+
     def speed(c):
-        return 100.0 * {"default": 1.0, "fused": 0.98, "foreach": 1.3}[c.optimizer.impl]
+        return 100.0 * {"default": 1.0, "fused": 1.3, "foreach": 1.2}[c.optimizer.impl]
 
-    r = run_agent(FakeRunner(speed, noise=0.01, stages=lambda c: COMPUTE_ONLY), tmp_path, only=("optimizer-impl",))
-    step = r.steps[0]
-    assert [t.config["optimizer.impl"] for t in step.trials] == ["fused", "foreach"]
-    assert step.accepted and r.final_config["optimizer.impl"] == "foreach"
+    runner = FakeRunner(speed, noise=0.01, stages=lambda c: COMPUTE_ONLY)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    r = run_agent(runner, tmp_path / "a", only=("optimizer-impl",))
+    assert [t.config["optimizer.impl"] for t in r.steps[0].trials] == ["fused"]
+    assert r.final_config["optimizer.impl"] == "fused"
+
+    def no_fused(c):
+        if c.optimizer.impl == "fused":
+            raise TrialFailed("user_code", "`fused=True` is not supported by this optimizer")
+        return speed(c)
+
+    r = run_agent(FakeRunner(no_fused, noise=0.01, stages=lambda c: COMPUTE_ONLY), tmp_path / "b",
+                  only=("optimizer-impl",))
+    assert [t.config["optimizer.impl"] for t in r.steps[0].trials] == ["fused", "foreach"]
+    assert r.steps[0].accepted and r.final_config["optimizer.impl"] == "foreach"
 
 
 def test_the_loader_climbs_a_workers_ladder_then_tunes_the_rest_from_its_best(tmp_path):
@@ -335,7 +351,7 @@ def test_fewer_threads_are_tried_on_a_compute_bound_step_and_kept_when_they_help
 
 
 def test_a_ladder_from_the_middle_of_its_range_goes_down_when_up_does_not_help():
-    from autotune.rounds import _ladder
+    from autotune.ladder import ladder as _ladder
 
     assert _ladder([1, 2, 3, 4, 6, 8], 0) == [1, 2, 4, 8]
     assert _ladder([1, 2, 3, 4, 6, 8, 12, 16], None) == [1, 2, 4, 8, 16]

@@ -1,0 +1,106 @@
+"""A numeric knob searched as an engineer climbs it: a geometric ladder from the current
+value (1, 2, 4, 8 workers; down from DDP's 25 MB buckets when up does not help), stopped
+once a rung is past the peak beyond the noise, then the values between the best rung's
+neighbours, then the recipe's other knobs from the best found. `rounds.play` uses it for a
+large space whose first knob is numeric; each stage is its own Optuna study and none
+measures the current config again (the run pools its readings).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import optuna
+
+from .config import TrainConfig
+from .record import TrialState
+from .search import RecipeSearch
+
+
+def ladder(values: list[int], start: float | None, down: bool = False) -> list[int]:
+    """A geometric subset of a numeric range, moving away from `start`: each rung at least
+    twice (or at most half) the one before, ending at the range's end (from 0: 1, 2, 3, 4,
+    6, 8 -> 1, 2, 4, 8; down from 25: 10, 5, 2, 1 -> 10, 5, 2, 1)."""
+    out: list[int] = []
+    last = start
+    for v in sorted(values, reverse=down):
+        if last is None or last <= 0 or (v <= last / 2 if down else v >= 2 * last):
+            out.append(v)
+            last = v
+    end = (min if down else max)(values, default=None)
+    if end is not None and end not in out:
+        out.append(end)
+    return out
+
+
+def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: float, n: int,
+            deadline: float | None, on_trial: Callable) -> tuple[list[RecipeSearch], int, int]:
+    """A large space whose first knob is numeric (the recipe's main lever: loader workers,
+    DDP bucket size), searched as an engineer would: that knob up a geometric ladder from
+    the incumbent (down, when up does not help), stopping at the first rung after the first
+    that is slower than the best so far beyond the noise, then the values between the best rung's neighbours, then
+    the other knobs together from the best found (walked in order when few, else TPE).
+    Each stage is its own study; none measures the incumbent again."""
+    lead = next(iter(space))
+    inc = state.config.get(lead)
+    here = inc if isinstance(inc, (int, float)) and not isinstance(inc, bool) else None
+    values = [v for v in ints(space[lead]) if v != inc]
+    up = ladder([v for v in values if here is None or v > here], here)
+    down = ladder([v for v in values if here is not None and v < here], here, down=True)
+    searches: list[RecipeSearch] = []
+    ran = skipped = 0
+
+    def stage(suffix: str, sub: dict[str, list[Any]], start: TrainConfig, k: int, one_by_one: bool = False) -> None:
+        nonlocal ran, skipped
+        s = RecipeSearch(ctx.storage, f"{name}-{suffix}", sub, start, ctx.runner, ctx.constraints, ctx.seed,
+                         pool=ctx.pool, incumbent_known=True)
+        searches.append(s)
+        ctx.live.append(s)
+        if one_by_one:
+            best = max([est] + [t.value for t in (x.best() for x in searches[:-1]) if t is not None])
+            for i in range(min(k, s.grid)):
+                ran += s.run(i + 1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
+                skipped += s.skipped
+                last = s.finished()[-1] if s.finished() else None
+                if last is None or s.skipped or last.user_attrs.get("state") == TrialState.INFEASIBLE.value:
+                    break  # out of time, or past the range's end (out of memory, over the limit)
+                if last.state != optuna.trial.TrialState.COMPLETE:
+                    continue  # this rung failed (a crash): the next may not
+                if last.value < best / ctx.band and i > 0:
+                    break  # slower than the best rung beyond the noise: past the peak (the first
+                    # rung may dip: one loader worker is often slower than loading in the step)
+                best = max(best, last.value)
+        else:
+            ran += s.run(k, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
+            skipped += s.skipped
+
+    def left() -> int:
+        return n - sum(len(s.finished()) for s in searches)
+
+    def best_config() -> tuple[TrainConfig, Any]:
+        top = max((b for b in (s.best() for s in searches) if b is not None), key=lambda t: t.value, default=None)
+        if top is None or top.value < est:
+            return state.config, state.config.get(lead)
+        return TrainConfig().with_changes(top.user_attrs["config"]), top.user_attrs["config"].get(lead)
+
+    if up:
+        stage(lead, {lead: up}, state.config, left(), one_by_one=True)
+    if down and best_config()[1] == inc and left() > 0:  # up did not help: the other way
+        stage(f"{lead}-down", {lead: down}, state.config, left(), one_by_one=True)
+    _, at = best_config()
+    rungs = sorted({*up, *down, *([here] if here is not None else [])})
+    if at in rungs:
+        i = rungs.index(at)
+        lo, hi = rungs[max(i - 1, 0)], rungs[min(i + 1, len(rungs) - 1)]
+        between = [v for v in values if lo < v < hi and v not in rungs]
+        if between and left() > 0:
+            stage(f"{lead}-between", {lead: between}, state.config, left())
+    start, _ = best_config()
+    rest = {k: v for k, v in space.items() if k != lead}
+    if rest and left() > 0:
+        stage("rest", rest, start, left())
+    return searches, ran, skipped
+
+
+def ints(values: list[Any]) -> list[int]:
+    return [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
