@@ -71,6 +71,10 @@ def test_matching_respects_device_and_model_facts():
     ("name: x\ntargets: [input]\ncost: 1\nknobs: {data.num_workers: {choices: [1], max: 'import os'}}\ntradeoffs: t\n", "max"),
     ("targets: [input]\ncost: 1\nknobs: {data.num_workers: {choices: [1]}}\n", "name"),
     ("name: [unclosed\n", "not valid YAML"),
+    ("name: x\ntargets: [input]\ncost: 1\nknobs: {data.num_workers: {choices: [1]}}\ntradeoffs: t\nfallbacks: 'yes'\n",
+     "fallbacks"),
+    ("name: x\ntargets: [input]\ncost: 1\nknobs: {data.num_workers: {choices: [1], skip_on: {tpu: [1]}}}\n"
+     "tradeoffs: t\n", "skip_on"),
 ])
 def test_a_malformed_recipe_names_the_file_and_field(tmp_path, text, field):
     (tmp_path / "bad.yaml").write_text(text)
