@@ -186,11 +186,16 @@ class Agent:
         r, s = self.report, self.settings
         r.budget = Budget(trials_used=0, trials_run_now=0, trials_limit=s.trials, wall_s=0.0, budget_s=s.budget_s)
         attempts, by_name = Attempts(), {x.name: x for x in self.recipes}
-        # A recipe with no value to try on this machine (a range past its cores) is not a choice.
-        usable = [x for x in self.recipes
-                  if x.space(self.runner.device.type, machine.cores(), self.runner.workload.rank_batch)]
+        device, cores, batch = self.runner.device.type, machine.cores(), self.runner.workload.rank_batch
+
+        def new(recipe: Recipe, config: TrainConfig) -> bool:
+            """Whether the recipe has a value to try from `config` on this machine (not: a
+            range past its cores; a revisit of a knob already at its only value)."""
+            return any(v != config.get(k) for k, vs in recipe.space(device, cores, batch).items() for v in vs)
+
         while r.stop_reason is None:
-            choices = rank(usable, state.verdict, self.runner.device.type, self.facts, attempts, ctx.margin, s.only)
+            usable = [x for x in self.recipes if new(x, state.config)]
+            choices = rank(usable, state.verdict, device, self.facts, attempts, ctx.margin, s.only)
             reserve = 3 * (ctx.trial_cost() or 0.0)  # a trial, and the final comparison's windows
             if not choices:
                 r.stop_reason = stop_reason(state.verdict, ctx.margin)

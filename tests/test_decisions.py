@@ -415,3 +415,21 @@ def test_a_range_whose_top_reads_within_noise_of_the_best_still_grows(tmp_path):
     step = r.steps[0]
     assert step.grown and "grown to" in step.grown[0], step.grown
     assert r.final_config["data.num_workers"] > 8
+
+
+def test_a_recipe_with_nothing_left_to_try_is_not_revisited(tmp_path, monkeypatch):
+    """On 2 cores the threads recipe has one value (1 thread). Once it is kept, the data wait
+    it targets grows (the step got faster), which would call for a revisit: but no value is
+    left to try, so no empty round is played (the benchmark showed "threads (0 trials)")."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+
+    def speed(c):
+        return 100.0 * (1.5 if c.backend.num_threads == 1 else 1.0) * (1.5 if c.optimizer.impl == "fused" else 1.0)
+
+    def stages(c):  # each kept change leaves the data wait a larger share of a shorter step
+        data = 0.1 * (2 if c.backend.num_threads == 1 else 1) * (2 if c.optimizer.impl == "fused" else 1)
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) / 2}
+
+    r = run_agent(FakeRunner(speed, noise=0.01, stages=stages), tmp_path, only=("threads", "optimizer-impl"))
+    assert [s.recipe for s in r.steps] == ["threads", "optimizer-impl"], [(s.recipe, len(s.trials)) for s in r.steps]
+    assert all(s.accepted for s in r.steps)
