@@ -34,13 +34,19 @@ def ladder(values: list[int], start: float | None, down: bool = False) -> list[i
 
 
 def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: float, n: int,
-            deadline: float | None, on_trial: Callable) -> tuple[list[RecipeSearch], int, int]:
+           deadline: float | None, on_trial: Callable,
+           climb_with: tuple[str, list[Any]] | None = None) -> tuple[list[RecipeSearch], int, int]:
     """A large space whose first knob is numeric (the recipe's main lever: loader workers,
     DDP bucket size), searched as an engineer would: that knob up a geometric ladder from
     the incumbent (down, when up does not help), stopping at the first rung after the first
-    that is slower than the best so far beyond the noise, then the values between the best rung's neighbours, then
-    the other knobs together from the best found (walked in order when few, else TPE).
-    Each stage is its own study; none measures the incumbent again."""
+    that is slower than the best so far beyond the noise; then the values between the best
+    rung's neighbours; then each other knob changed alone from the best found, and the
+    changes that did not lose, together. Each stage is its own study; none measures the
+    incumbent again.
+
+    `climb_with` (a knob and its values, most promising first) climbs the ladder at each of
+    its values in turn until one climb beats the incumbent: the knob that decides whether
+    the lever helps at all (intra-op threads, which loader workers fight for the cores)."""
     lead = next(iter(space))
     inc = state.config.get(lead)
     here = inc if isinstance(inc, (int, float)) and not isinstance(inc, bool) else None
@@ -51,9 +57,10 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     ran = skipped = 0
 
     def stage(suffix: str, sub: dict[str, list[Any]], start: TrainConfig, k: int, one_by_one: bool = False) -> None:
+        """A study of `sub` from `start`; with an empty `sub`, `start` itself is measured."""
         nonlocal ran, skipped
         s = RecipeSearch(ctx.storage, f"{name}-{suffix}", sub, start, ctx.runner, ctx.constraints, ctx.seed,
-                         pool=ctx.pool, incumbent_known=True)
+                         pool=ctx.pool, incumbent_known=bool(sub), changes_from=state.config)
         searches.append(s)
         ctx.live.append(s)
         if one_by_one:
@@ -77,28 +84,43 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     def left() -> int:
         return n - sum(len(s.finished()) for s in searches)
 
-    def best_config() -> tuple[TrainConfig, Any]:
+    def best() -> tuple[TrainConfig, float]:
         top = max((b for b in (s.best() for s in searches) if b is not None), key=lambda t: t.value, default=None)
         if top is None or top.value < est:
-            return state.config, state.config.get(lead)
-        return TrainConfig().with_changes(top.user_attrs["config"]), top.user_attrs["config"].get(lead)
+            return state.config, est
+        return TrainConfig().with_changes(top.user_attrs["config"]), top.value
 
-    if up:
-        stage(lead, {lead: up}, state.config, left(), one_by_one=True)
-    if down and best_config()[1] == inc and left() > 0:  # up did not help: the other way
+    with_key, with_values = climb_with if climb_with else (None, [state.config.get(lead)])
+    for cv in with_values:  # the ladder, at each value of the deciding knob until one gains
+        start = state.config if with_key is None else state.config.with_changes({with_key: cv})
+        if up and left() > 0:
+            stage(lead if with_key is None else f"{lead}-{cv}", {lead: up}, start, left(), one_by_one=True)
+        if best()[1] > est:
+            break
+    if down and best()[0].get(lead) == inc and left() > 0:  # up did not help: the other way
         stage(f"{lead}-down", {lead: down}, state.config, left(), one_by_one=True)
-    _, at = best_config()
+    start, _ = best()
+    at = start.get(lead)
     rungs = sorted({*up, *down, *([here] if here is not None else [])})
     if at in rungs:
         i = rungs.index(at)
         lo, hi = rungs[max(i - 1, 0)], rungs[min(i + 1, len(rungs) - 1)]
         between = [v for v in values if lo < v < hi and v not in rungs]
         if between and left() > 0:
-            stage(f"{lead}-between", {lead: between}, state.config, left())
-    start, _ = best_config()
-    rest = {k: v for k, v in space.items() if k != lead}
-    if rest and left() > 0:
-        stage("rest", rest, start, left())
+            stage(f"{lead}-between", {lead: between}, start, left())
+    start, top = best()
+    alone: list[RecipeSearch] = []
+    for j, (k, v) in enumerate((k, v) for k, vs in space.items() if k != lead for v in vs if v != start.get(k)):
+        if left() > 0:  # each other knob alone, from the best found
+            stage(f"rest-{j}", {k: [v]}, start, 1)
+            alone.append(searches[-1])
+    kept: dict[str, Any] = {}
+    for s in alone:
+        b = s.best()
+        if b is not None and b.value >= top / ctx.band:  # did not lose beyond the noise
+            kept.update({k: b.user_attrs["config"][k] for k in s.space})
+    if len(kept) > 1 and left() > 0:
+        stage("rest-together", {}, start.with_changes(kept), 1)
     return searches, ran, skipped
 
 

@@ -99,6 +99,7 @@ class Knob:
     device: str | None = None
     grow: bool = False  # numeric: the range may grow geometrically past its top (see `grown`)
     skip_on: tuple[tuple[str, tuple], ...] = ()  # (device, choices that mean nothing there)
+    climb_with: bool = False  # the recipe's numeric lead knob is climbed at each of this knob's values in turn
 
     def values(self, device: str, cores: int, batch: int) -> list[Any]:
         if self.device and self.device != device:
@@ -193,10 +194,10 @@ def _parse_knobs(raw: Any, errors: list[str]) -> list[Knob]:
         if not isinstance(spec, dict) or "choices" not in spec:
             errors.append(f"field 'knobs.{key}' needs choices: a list of values, or 'divisors'")
             continue
-        unknown = [k for k in spec if k not in ("choices", "min", "max", "device", "grow", "skip_on")]
+        unknown = [k for k in spec if k not in ("choices", "min", "max", "device", "grow", "skip_on", "climb_with")]
         if unknown:
             errors.append(f"field 'knobs.{key}' has unknown field(s) {', '.join(_show(k) for k in unknown)} "
-                          "(known: choices, min, max, device, grow, skip_on)")
+                          "(known: choices, min, max, device, grow, skip_on, climb_with)")
         ch = spec["choices"]
         if not (ch == "divisors" or (isinstance(ch, list) and ch)):
             errors.append(f"field 'knobs.{key}.choices' must be a non-empty list or 'divisors', got {_show(ch)}")
@@ -222,9 +223,10 @@ def _parse_knobs(raw: Any, errors: list[str]) -> list[Knob]:
         device = spec.get("device")
         if device not in (None, "cpu", "cuda"):
             errors.append(f"field 'knobs.{key}.device' must be cpu or cuda (or left out), got {_show(device)}")
-        grow = spec.get("grow", False)
-        if not isinstance(grow, bool):
-            errors.append(f"field 'knobs.{key}.grow' must be true or false, got {_show(grow)}")
+        grow, climb = spec.get("grow", False), spec.get("climb_with", False)
+        for field_name, flag in (("grow", grow), ("climb_with", climb)):
+            if not isinstance(flag, bool):
+                errors.append(f"field 'knobs.{key}.{field_name}' must be true or false, got {_show(flag)}")
         skip_on = spec.get("skip_on") or {}
         if not isinstance(skip_on, dict) or any(d not in ("cpu", "cuda") or not isinstance(v, list)
                                                 for d, v in skip_on.items()):
@@ -232,7 +234,7 @@ def _parse_knobs(raw: Any, errors: list[str]) -> list[Knob]:
                           f"got {_show(skip_on)}")
             skip_on = {}
         knobs.append(Knob(key, tuple(ch) if isinstance(ch, list) else ch, spec.get("max"), spec.get("min"),
-                          device, bool(grow), tuple((d, tuple(v)) for d, v in skip_on.items())))
+                          device, bool(grow), tuple((d, tuple(v)) for d, v in skip_on.items()), climb is True))
     return knobs
 
 

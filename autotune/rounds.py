@@ -122,7 +122,9 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     if est is not None and not recipe.each_knob_first and len(space) > 1 and len(ints(space[lead])) > 2 and \
             math.prod(len(v) for v in space.values()) > GRID_LIMIT:
         ctx.events.recipe(round_no, recipe.name, n)
-        searches, ran, skipped = staged(ctx, name, space, state, est, n, deadline, on_trial)
+        climb = next(((k.key, [v for v in k.choices if v in space[k.key]]) for k in recipe.knobs
+                      if k.climb_with and k.key in space and not isinstance(k.choices, str)), None)
+        searches, ran, skipped = staged(ctx, name, space, state, est, n, deadline, on_trial, climb)
     else:
         search = RecipeSearch(ctx.storage, name, space, state.config, runner, ctx.constraints, ctx.seed,
                               each_knob_first=recipe.each_knob_first, pool=ctx.pool,
@@ -212,7 +214,7 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
                 return out
             # The top config was just measured: it is the grown search's known incumbent.
             grow = RecipeSearch(ctx.storage, f"{name}-grow{i + 1}", {knob.key: values}, config, ctx.runner,
-                                ctx.constraints, ctx.seed, pool=ctx.pool, incumbent_known=True)
+                                ctx.constraints, ctx.seed, pool=ctx.pool, incumbent_known=True, changes_from=state.config)
             ran = grow.run(min(len(values), trials_left), deadline,
                            on_trial=lambda t: ctx.events.trial(trial_record(t)), cost_s=ctx.trial_cost())
             trials_left -= len(grow.finished())

@@ -146,10 +146,13 @@ class RecipeSearch:
     def __init__(self, storage, name: str, space: dict[str, list[Any]], incumbent: TrainConfig,
                  runner: TrialRunner, constraints: Constraints, seed: int, each_knob_first: bool = False,
                  pool: Any = None, sampler: optuna.samplers.BaseSampler | None = None,
-                 incumbent_known: bool = False) -> None:
+                 incumbent_known: bool = False, changes_from: TrainConfig | None = None) -> None:
         canonical = normalized(incumbent, {})  # a value that means the same as a choice is that choice
         self.space = {k: list(dict.fromkeys([canonical.get(k), *v])) for k, v in space.items()}
         self.incumbent, self.runner, self.constraints, self.pool = canonical, runner, constraints, pool
+        # What a trial's `changes` are shown against: the round's config, when this search
+        # starts elsewhere (a stage of a ladder, a grown range).
+        self.changes_from = normalized(changes_from, {}) if changes_from is not None else canonical
         # With `incumbent_known` the run already holds readings of the incumbent (pooled by
         # the caller), so it is not measured again: `grid` counts the configs left to try.
         self.walked = math.prod(len(v) for v in self.space.values()) <= GRID_LIMIT
@@ -175,7 +178,8 @@ class RecipeSearch:
         self.study.set_user_attr(self.KEY, {"space": self.space, "incumbent": incumbent.flat(), "seed": seed,
                                             "memory_limit": constraints.memory_limit,
                                             "reference_losses": constraints.reference_losses,
-                                            "incumbent_known": incumbent_known})
+                                            "incumbent_known": incumbent_known,
+                                            "changes_from": self.changes_from.flat()})
         if pool is None:  # measured here, one after the other: the whole queue at once
             for p in self.unqueued(running=False):  # a running trial here was cut off with its run
                 self.study.enqueue_trial(p)
@@ -187,7 +191,8 @@ class RecipeSearch:
         incumbent = TrainConfig().with_changes(stored["incumbent"])
         return cls(storage, name, stored["space"], incumbent, runner,
                    Constraints(stored["memory_limit"], stored["reference_losses"]), stored["seed"], sampler=sampler,
-                   incumbent_known=stored.get("incumbent_known", False))
+                   incumbent_known=stored.get("incumbent_known", False),
+                   changes_from=TrainConfig().with_changes(stored["changes_from"]) if "changes_from" in stored else None)
 
     def unqueued(self, running: bool = True) -> list[dict[str, Any]]:
         """The planned points not measured, queued or (with `running`) being measured yet;
@@ -211,7 +216,7 @@ class RecipeSearch:
             trial.set_user_attr("reason", "invalid combination: " + "; ".join(exc.errors))
             raise optuna.TrialPruned() from None
         trial.set_user_attr("config", config.flat())
-        trial.set_user_attr("changes", self.incumbent.diff(config))
+        trial.set_user_attr("changes", self.changes_from.diff(config))
         trial.set_user_attr("worker", self.me.model_dump(mode="json"))
         for t in self.finished():  # the same config again (normalisation, TPE repeats): reuse it
             if t.user_attrs.get("config") == config.flat() and t.number != trial.number:

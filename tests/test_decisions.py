@@ -330,7 +330,8 @@ def test_the_loader_climbs_a_workers_ladder_then_tunes_the_rest_from_its_best(tm
     assert workers[3] == 3
     rest = step.trials[4:]
     assert rest and all(t.config["data.num_workers"] == 3 for t in rest)
-    assert len(step.trials) <= 7
+    assert len(step.trials) <= 8  # 3 rungs, 1 between, 3 knobs alone, 1 together; of 28 configs
+    assert step.trials[0].changes["backend.num_threads"] == [None, 1]  # shown against the round's config
     assert step.accepted
     assert r.final_config["data.num_workers"] == 3 and r.final_config["data.prefetch_factor"] == 4
     assert r.final_config["data.persistent_workers"] is True
@@ -433,3 +434,25 @@ def test_a_recipe_with_nothing_left_to_try_is_not_revisited(tmp_path, monkeypatc
     r = run_agent(FakeRunner(speed, noise=0.01, stages=stages), tmp_path, only=("threads", "optimizer-impl"))
     assert [s.recipe for s in r.steps] == ["threads", "optimizer-impl"], [(s.recipe, len(s.trials)) for s in r.steps]
     assert all(s.accepted for s in r.steps)
+
+
+def test_workers_that_only_help_with_fewer_threads_are_found(tmp_path):
+    """CPU-bound decoding on 2 cores: workers fight the step's two intra-op threads, so more
+    workers alone lose and one thread alone loses; together they gain (decode_bound's grid:
+    3 workers + 1 thread is its best). The ladder is climbed with 1 thread first."""
+
+    def speed(c):
+        w, one = c.data.num_workers, c.backend.num_threads == 1
+        if not one:
+            return {0: 100}.get(w, 80.0)
+        return {0: 94, 1: 110, 2: 140, 3: 150, 4: 120}.get(w, 90.0)
+
+    def stages(c):
+        data = 0.6 if speed(c) < 140 else 0.3
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) / 2}
+
+    r = run_agent(FakeRunner(speed, noise=0.01, stages=stages), tmp_path, only=("dataloader",))
+    step = r.steps[0]
+    assert step.accepted, step.reason
+    assert r.final_config["data.num_workers"] == 3 and r.final_config["backend.num_threads"] == 1
+    assert len(step.trials) <= 8

@@ -126,7 +126,8 @@ def test_a_worker_killed_mid_trial_loses_nothing(example, tmp_path, kind):
     assert len(failed) == 1, "the killed worker's trial is failed once"
     done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and "reused_from" not in t.user_attrs]
     configs = [json.dumps(t.user_attrs["config"], sort_keys=True) for t in done]
-    assert len(configs) == len(set(configs)) == 3, "every planned trial measured exactly once"
+    # the recipe's two worker counts (the run's config is not measured again: its readings are pooled)
+    assert len(configs) == len(set(configs)) == 2, "every planned trial measured exactly once"
     retried = [t for t in trials if t.system_attrs.get("failed_trial") == failed[0].number]
     assert len(retried) == 1 and retried[0].state == optuna.trial.TrialState.COMPLETE
     assert retried[0].user_attrs["worker"]["pid"] == b.pid
@@ -174,5 +175,6 @@ def test_a_coordinator_killed_mid_trial_resumes_and_leaves_no_worker(example, tm
     assert sum(t.state == optuna.trial.TrialState.FAIL for t in trials) >= 1, "the cut trials were failed"
     done = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and "reused_from" not in t.user_attrs]
     configs = [json.dumps(t.user_attrs["config"], sort_keys=True) for t in done]
-    assert len(configs) == len(set(configs)) == 3, "every planned trial measured exactly once"
+    # the recipe's two worker counts (the run's config is not measured again: its readings are pooled)
+    assert len(configs) == len(set(configs)) == 2, "every planned trial measured exactly once"
     _no_leftovers(tag)
