@@ -221,7 +221,7 @@ class Agent:
                 raise
             state = out.state
             for tried_recipe in tried:  # the shares it left: a revisit needs its waste to come back
-                attempts.record(tried_recipe, state.verdict)
+                attempts.record(tried_recipe, state.verdict, out.step)
             r.budget.trials_used += len(out.step.trials)
             r.budget.trials_run_now += out.ran
             r.budget.trials_skipped_for_budget += out.skipped

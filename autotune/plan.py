@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from .diagnose import ADVICE, material
 from .recipes import Knob, Recipe
-from .record import Bottleneck, Verdict, Waste
+from .record import Bottleneck, Step, Verdict, Waste
 
 __all__ = ["Attempts", "Choice", "expected_gain", "joint_memory_recipe", "rank", "stop_reason"]
 
@@ -38,24 +38,35 @@ class Choice:
 
 @dataclass
 class Attempts:
-    """Which recipes were tried, how often, and the shares of their targets each round left."""
+    """Which recipes were tried, how often, and the shares of their targets each round left;
+    which were rejected with a gain inside the noise, and how many changes were kept since."""
 
     shares: dict[str, list[dict[Bottleneck, float]]] = field(default_factory=dict)
+    kept: int = 0  # accepted steps so far
+    inconclusive: dict[str, int] = field(default_factory=dict)  # recipe -> `kept` when its gain fell short
 
-    def record(self, recipe: Recipe, verdict: Verdict) -> None:
+    def record(self, recipe: Recipe, verdict: Verdict, step: Step | None = None) -> None:
         self.shares.setdefault(recipe.name, []).append({w.cls: w.share for w in verdict.wastes})
+        if step is not None and step.accepted:
+            self.kept += 1
+        elif step is not None and step.speedup is not None and step.speedup.ratio > 1.0:
+            self.inconclusive[recipe.name] = self.kept  # measured faster, not surely: changes interact
 
     def times(self, name: str) -> int:
         return len(self.shares.get(name, []))
 
     def may_try(self, recipe: Recipe, verdict: Verdict) -> bool:
-        """Untried, or tried once and a target's share has since grown materially from what
-        that round left (a later change moved the step's time back onto it)."""
+        """Untried, or tried once and either a target's share has since grown materially from
+        what that round left (a later change moved the step's time back onto it), or its gain
+        fell inside the noise and a change was kept since (fewer threads may pay only once
+        compile and a fused optimizer have removed the larger costs)."""
         past = self.shares.get(recipe.name)
         if not past:
             return True
         if len(past) > 1:
             return False
+        if self.kept > self.inconclusive.get(recipe.name, self.kept):
+            return True
         for w in verdict.wastes:
             before = past[0].get(w.cls, 0.0)
             if w.cls in recipe.targets and w.cls is not Bottleneck.COMPUTE and \

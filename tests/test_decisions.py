@@ -456,3 +456,32 @@ def test_workers_that_only_help_with_fewer_threads_are_found(tmp_path):
     assert step.accepted, step.reason
     assert r.final_config["data.num_workers"] == 3 and r.final_config["backend.num_threads"] == 1
     assert len(step.trials) <= 8
+
+
+def test_a_gain_inside_the_noise_is_measured_again_once_another_change_is_kept(tmp_path, monkeypatch):
+    """One thread gains 2% on the default step (inside the 3% margin: rejected), 30% once the
+    fused optimizer has removed the larger cost (seen: overhead_bound's grid's best is
+    compile + fused + 1 thread, and autotune had rejected 1 thread first, at 1.04x)."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+
+    def speed(c):
+        fused = c.optimizer.impl == "fused"
+        one = c.backend.num_threads == 1
+        return 100.0 * (1.8 if fused else 1.0) * ((1.3 if fused else 1.02) if one else 1.0)
+
+    r = run_agent(FakeRunner(speed, noise=0.002, stages=lambda c: COMPUTE_ONLY), tmp_path,
+                  only=("threads", "optimizer-impl"))
+    assert [(s.recipe, s.accepted) for s in r.steps] == [("threads", False), ("optimizer-impl", True),
+                                                          ("threads", True)], [(s.recipe, s.reason) for s in r.steps]
+    assert r.final_config["backend.num_threads"] == 1 and r.final_config["optimizer.impl"] == "fused"
+
+
+def test_a_clear_loss_is_not_measured_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+
+    def speed(c):
+        return 100.0 * (1.8 if c.optimizer.impl == "fused" else 1.0) * (0.7 if c.backend.num_threads == 1 else 1.0)
+
+    r = run_agent(FakeRunner(speed, noise=0.002, stages=lambda c: COMPUTE_ONLY), tmp_path,
+                  only=("threads", "optimizer-impl"))
+    assert [s.recipe for s in r.steps] == ["threads", "optimizer-impl"]
