@@ -221,8 +221,10 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
             searches.append(grow)
             ctx.live.append(grow)
             ranges[knob.key] = ranges[knob.key] + values
-            out.append((ran, f"{knob.key}: the best trial sat at the top of the range ({top}) and the step still "
-                             f"loses {waste.share:.0%} to {target.value}: grown to {', '.join(map(str, values))}"))
+            where = ("the best trial sat at the top of the range" if at_top.value >= best.value else
+                     "the trial at the top of the range read within the noise of the best")
+            out.append((ran, f"{knob.key}: {where} ({top}) and the step still loses {waste.share:.0%} to "
+                             f"{target.value}: grown to {', '.join(map(str, values))}"))
             break
         else:
             break

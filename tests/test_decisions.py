@@ -415,6 +415,7 @@ def test_a_range_whose_top_reads_within_noise_of_the_best_still_grows(tmp_path):
     r = run_agent(FakeRunner(speed, noise=0.0, stages=stages), tmp_path, only=("dataloader",))
     step = r.steps[0]
     assert step.grown and "grown to" in step.grown[0], step.grown
+    assert "read within the noise of the best" in step.grown[0]
     assert r.final_config["data.num_workers"] > 8
 
 
