@@ -136,9 +136,10 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
             while len(search.finished()) < min(n, search.grid) and not search.ranked() and not search.skipped:
                 ran += search.run(len(search.finished()) + 1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
         else:
-            if est is not None and search.walked and target is not Bottleneck.MEMORY and n > 1:
+            if est is not None and search.walked and target is not Bottleneck.MEMORY and n > 1 and ctx.pool is None:
                 # The recipe's most promising config first: when it is slower than the incumbent
-                # beyond the noise, the rest of its space (the same lever, less likely) is not tried.
+                # beyond the noise, the rest of its space (the same lever, less likely) is not
+                # tried. (With parallel workers the space is measured at once instead.)
                 ran = search.run(1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
                 first = search.ranked()
                 if first and first[0].value < est / ctx.band:
