@@ -14,7 +14,7 @@ import optuna
 
 from .config import TrainConfig
 from .record import TrialState
-from .search import RecipeSearch
+from .search import RecipeSearch, normalized
 
 
 def ladder(values: list[int], start: float | None, down: bool = False) -> list[int]:
@@ -120,7 +120,7 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         if b is not None and b.value >= top / ctx.band:  # did not lose beyond the noise
             kept.update({k: b.user_attrs["config"][k] for k in s.space})
     if len(kept) > 1 and left() > 0:
-        stage("rest-together", {}, start.with_changes(kept), 1)
+        stage("rest-together", {}, normalized(start, kept), 1)
     return searches, ran, skipped
 
 
