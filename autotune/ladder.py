@@ -14,7 +14,7 @@ import optuna
 
 from .config import TrainConfig
 from .record import TrialState
-from .search import RecipeSearch, normalized
+from .search import RecipeSearch, best_of, normalized
 
 
 def ladder(values: list[int], start: float | None, down: bool = False) -> list[int]:
@@ -64,7 +64,8 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         searches.append(s)
         ctx.live.append(s)
         if one_by_one:
-            best = max([est] + [t.value for t in (x.best() for x in searches[:-1]) if t is not None])
+            before = best_of(searches[:-1])
+            peak = max(est, before.value) if before is not None else est
             for i in range(min(k, s.grid)):
                 ran += s.run(i + 1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
                 skipped += s.skipped
@@ -73,10 +74,10 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
                     break  # out of time, or past the range's end (out of memory, over the limit)
                 if last.state != optuna.trial.TrialState.COMPLETE:
                     continue  # this rung failed (a crash): the next may not
-                if last.value < best / ctx.band and i > 0:
+                if last.value < peak / ctx.band and i > 0:
                     break  # slower than the best rung beyond the noise: past the peak (the first
                     # rung may dip: one loader worker is often slower than loading in the step)
-                best = max(best, last.value)
+                peak = max(peak, last.value)
         else:
             ran += s.run(k, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
             skipped += s.skipped
@@ -85,7 +86,7 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         return n - sum(len(s.finished()) for s in searches)
 
     def best() -> tuple[TrainConfig, float]:
-        top = max((b for b in (s.best() for s in searches) if b is not None), key=lambda t: t.value, default=None)
+        top = best_of(searches)
         if top is None or top.value < est:
             return state.config, est
         return TrainConfig().with_changes(top.user_attrs["config"]), top.value

@@ -30,7 +30,8 @@ from .ladder import ints, staged
 from .recipes import Recipe
 from .record import Bottleneck, Brief, Comparison, Step, Summary, Verdict
 from .runner import TrialRunner
-from .search import GRID_LIMIT, Constraints, RecipeSearch, fits, normalized, stored_summary, trial_record
+from .search import (GRID_LIMIT, Constraints, RecipeSearch, best_of, fits, identity, normalized, stored_summary,
+                     trial_record)
 from .stats import paired_ratio
 
 CANDIDATES = 2  # most side-by-side comparisons per round
@@ -85,9 +86,7 @@ class Context:
 
 
 def _key(config: dict[str, Any]) -> str:
-    """A config's identity in the run: two that mean the same (DataLoader's default prefetch
-    depth, named or not) are one."""
-    return repr(sorted(normalized(TrainConfig().with_changes(config), {}).flat().items()))
+    return identity(TrainConfig().with_changes(config))
 
 
 def _digest(config: dict[str, Any]) -> str:
@@ -148,7 +147,7 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
                 ran += search.run(n, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
         skipped = search.skipped
     used = sum(len(s.finished()) for s in searches)
-    grown = _grow(ctx, name, recipe, target, state, searches, trials_left - used, deadline)
+    grown = _grow(ctx, name, recipe, target, state, est, searches, trials_left - used, deadline)
     ran += sum(s_ran for s_ran, _ in grown)
     trials = [t for s in searches for t in s.finished()]
     for t in trials:
@@ -179,17 +178,16 @@ def _changes(t: optuna.trial.FrozenTrial) -> str:
     return ", ".join(f"{k}={v}" for k, v in (t.user_attrs.get("changes") or {}).items()) or "unchanged"
 
 
-def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: State, searches: list[RecipeSearch],
-          trials_left: int, deadline: float | None) -> list[tuple[int, str]]:
+def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: State, est: float | None,
+          searches: list[RecipeSearch], trials_left: int, deadline: float | None) -> list[tuple[int, str]]:
     """While the best trial sits at the top of a growable knob's range (or the top's trial
     is within the noise of the best) and its waste is still material, search that knob at
     twice and four times the top (within the guard)."""
     out: list[tuple[int, str]] = []
     ranges = {k.key: ints(searches[0].space[k.key]) for k in recipe.knobs if k.grow and k.key in searches[0].space}
     growable = [k for k in recipe.knobs if ranges.get(k.key)]
-    est = ctx.estimate(state.config) if state.feasible else None
     for i in range(GROW_STEPS):
-        best = max((b for b in (s.best() for s in searches) if b is not None), key=lambda t: t.value, default=None)
+        best = best_of(searches)
         if best is None or not growable or trials_left < 1 or (est is not None and best.value < est / ctx.band):
             break  # nothing measured, or the best of the range is slower than the incumbent: no direction to grow
         summary = stored_summary(best)

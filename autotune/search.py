@@ -107,6 +107,17 @@ def trial_record(t: optuna.trial.FrozenTrial) -> Trial:
     )
 
 
+def identity(config: TrainConfig) -> str:
+    """A config's identity: two that mean the same (a prefetch depth without workers,
+    DataLoader's default depth named or not) are one."""
+    return repr(sorted(normalized(config, {}).flat().items()))
+
+
+def best_of(searches: list[RecipeSearch]) -> optuna.trial.FrozenTrial | None:
+    """The fastest feasible trial of several searches (a round's stages), if any."""
+    return max((b for b in (s.best() for s in searches) if b is not None), key=lambda t: t.value, default=None)
+
+
 def walk(space: dict[str, list[Any]]) -> list[dict[str, Any]]:
     """Every point of a small space, in the order an engineer would try them: the incumbent
     (each knob's first value), then one knob changed at a time, then two, ...; within each,
@@ -123,7 +134,7 @@ def _distinct(base: TrainConfig, points: list[dict[str, Any]], skip: dict[str, A
     seen, out = set(), []
     for p in ([skip] if skip is not None else []) + points:
         try:
-            key = repr(sorted(normalized(base, p).flat().items()))
+            key = identity(normalized(base, p))
         except ConfigError:
             key = repr(sorted(p.items()))
         if key not in seen:
