@@ -3,8 +3,9 @@
 A case names the example file, the function and arguments that build its workload, the
 bottleneck planted in it, the grid that is measured exhaustively for the oracle, and the
 memory limit it runs under. Grids are small on purpose (the whole suite must finish in
-30 minutes on two cores) and contain the default config; they avoid torch.compile, which
-costs 10-15 s per compilation. The rule of thumb is the same for every case.
+30 minutes on two cores) and contain the default config; a compiled config costs 10-15 s
+per compilation, so grids hold compile where the case says why. The rule of thumb is the
+same for every case.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ MiB = 2**20
 # Every knob of every recipe that applies on a CPU, at a few values each, so that the full
 # product is tens to a hundred-odd configs (a quarter of it is a real trial budget) and a
 # grid measures in minutes on two cores. What a grid holds at its default is named in the
-# case's `held`, with why. `compile.mode` is one setting ("default"): the compile recipe's
-# other modes are the same compiler on a CPU (no CUDA graphs), and each compilation costs
-# seconds even with a warm cache (10-15 s cold on a small model, minutes on ResNet-18).
+# case's `held`, with why. The fp32 grids hold every compile mode the recipe tries on a CPU:
+# `max-autotune-no-cudagraphs` is not the default mode there (inductor's C++ GEMM templates
+# lower batched matmuls such as attention's; a model's weight matmuls only under freezing,
+# so in training it is the default mode elsewhere); `reduce-overhead` is (CUDA graphs). The
+# grids with bf16 hold compile at "default": each bf16 compilation costs tens of seconds.
 LOADER = {"data.num_workers": [0, 1, 2, 4, 8, 16], "data.prefetch_factor": [2, 4],
           "data.persistent_workers": [False, True], "backend.num_threads": [None, 1]}
 INPUT_GRID = {**LOADER, "optimizer.impl": ["default", "foreach"]}
@@ -37,12 +40,15 @@ DECODE_GRID = {**LOADER, "data.num_workers": [0, 1, 2, 3, 4]}  # CPU-bound decod
 COMPUTE_GRID = {"optimizer.impl": ["default", "foreach", "fused"], "precision.amp": ["none", "bf16"],
                 "compile.mode": ["none", "default"], "backend.num_threads": [None, 1]}
 MEMORY_GRID = {"memory.micro_batch_size": [None, 512, 256, 128, 64], "memory.activation_checkpointing": [False, True]}
-FP32_GRID = {"optimizer.impl": ["default", "foreach", "fused"], "compile.mode": ["none", "default"],
+FP32_GRID = {"optimizer.impl": ["default", "foreach", "fused"],
+             "compile.mode": ["none", "default", "max-autotune-no-cudagraphs"],
              "backend.num_threads": [None, 1]}
 BF16_COST = ("bf16 (emulated on this CPU: in compute_bound's grid every bf16 config was 2-10x slower and took 15-36 s "
              "to measure; in memory_bound's, 130-180 s each)")
 CONV_GRID = {"data.num_workers": [0, 1, 2], "backend.num_threads": [None, 1], "layout.channels_last": [False, True],
              "optimizer.impl": ["default", "foreach"]}
+HELD_MODES = ("compile's max-autotune-no-cudagraphs mode (the grid has compile's default mode only: with bf16 in the "
+              "grid each extra compiled config costs tens of seconds; autotune's trials of it count as its own)")
 NO_LIMIT = ("micro-batch and activation checkpointing (memory recipes: with no memory limit they only cost speed, "
             "and the agent tries them only on a memory verdict)")
 SMALL_GRID_TEST = {"optimizer.impl": ["default", "foreach"]}
@@ -140,10 +146,10 @@ CASES: tuple[Case, ...] = (
               f"30-90 s to measure here); {NO_LIMIT}"),
     Case("compute_bound", "compute", fn="workload", kwargs={"width": 1024, "batch_size": 16}, grid=COMPUTE_GRID,
          note="wide MLP, in-memory data; batch 16 keeps bf16 trials affordable where bf16 is emulated (20x slower)",
-         held=f"{HELD_LOADER}; {NO_LIMIT}"),
+         held=f"{HELD_LOADER}; {HELD_MODES}; {NO_LIMIT}"),
     Case("overhead_bound", "launch", grid=COMPUTE_GRID,
          note="32 tiny layers with Adam: dispatch overhead; foreach helps the many small parameters",
-         held=f"{HELD_LOADER}; {NO_LIMIT}"),
+         held=f"{HELD_LOADER}; {HELD_MODES}; {NO_LIMIT}"),
     Case("memory_bound", "memory", fn="workload", kwargs={"width": 128, "depth": 8, "batch_size": 1024},
          grid=MEMORY_GRID, memory_limit=8 * MiB, isolate=True,
          note="residual MLP whose activations dominate (batch 1024, width 128): about 14 MiB by default, "
