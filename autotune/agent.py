@@ -29,7 +29,8 @@ from .plan import Attempts, joint_memory_recipe, rank, stop_reason
 from .recipes import Recipe
 from .record import (Bottleneck, Brief, Budget, Comparison, FailureKind, Noise, Ratio, Recommendation, Report, Step,
                      StudyRef, Summary)
-from .rounds import Context, State, play
+from .context import Context, State
+from .rounds import play
 from .runner import TrialRunner
 from .search import Constraints, fits, quiet_optuna, trial_record
 from .stats import noise_margin, paired_ratio

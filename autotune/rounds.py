@@ -13,84 +13,23 @@ whose most promising config is slower than the incumbent beyond the noise stops 
 
 from __future__ import annotations
 
-import hashlib
 import math
-import statistics
-import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
 
 import optuna
 
 from . import machine
 from .config import TrainConfig
+from .context import Context, State, digest, key
+from .decide import decide
 from .diagnose import diagnose, material
-from .events import Listener
 from .ladder import ints, staged
 from .recipes import Recipe
-from .record import Bottleneck, Brief, Comparison, Step, Summary, Verdict
-from .runner import TrialRunner
-from .search import (GRID_LIMIT, Constraints, RecipeSearch, best_of, fits, identity, normalized, stored_summary,
-                     trial_record)
-from .stats import paired_ratio
+from .record import Bottleneck, Brief, Step
+from .search import GRID_LIMIT, RecipeSearch, best_of, stored_summary, trial_record
 
-CANDIDATES = 2  # most side-by-side comparisons per round
 REVISIT_TRIALS = 3  # fewest trials of a recipe's second round
 GROW_STEPS = 3  # most times a range grows in one round
-
-
-@dataclass
-class State:
-    config: TrainConfig
-    summary: Summary
-    verdict: Verdict
-    feasible: bool
-
-
-@dataclass
-class Context:
-    """What every round shares: where trials go, how to measure and compare, the noise."""
-
-    storage: Any
-    study: str
-    runner: TrialRunner
-    constraints: Constraints
-    seed: int
-    margin: float
-    band: float  # a single reading within this factor of the incumbent's is "within noise"
-    compare: Callable[[str, TrainConfig, TrainConfig, str], Comparison]
-    events: Listener
-    readings: dict[str, list[float]] = field(default_factory=dict)  # config key -> every single reading
-    walls: list[float] = field(default_factory=list)  # wall time of every measurement (for budgets)
-    pool: Any = None  # an `autotune.pool.Dispatcher` when workers measure the trials
-    live: list = field(default_factory=list)  # the round in progress' searches (an interrupted run reports them)
-
-    def note(self, config: dict[str, Any], value: float | None, wall: float | None = None) -> None:
-        if value is not None:
-            self.readings.setdefault(_key(config), []).append(value)
-        if wall:
-            self.walls.append(wall)
-
-    def note_pairs(self, a: TrainConfig, b: TrainConfig, sp: Comparison) -> None:
-        """A side-by-side comparison's windows as one reading of each config."""
-        if sp.measured and sp.a and sp.b:
-            self.note(a.flat(), statistics.fmean(sp.a))
-            self.note(b.flat(), statistics.fmean(sp.b))
-
-    def estimate(self, config: TrainConfig) -> float | None:
-        values = self.readings.get(_key(config.flat()))
-        return statistics.fmean(values) if values else None
-
-    def trial_cost(self) -> float | None:
-        return statistics.median(self.walls[-8:]) if self.walls else None
-
-
-def _key(config: dict[str, Any]) -> str:
-    return identity(TrainConfig().with_changes(config))
-
-
-def _digest(config: dict[str, Any]) -> str:
-    return hashlib.sha256(_key(config).encode()).hexdigest()[:8]
 
 
 @dataclass
@@ -111,8 +50,9 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     runner = ctx.runner
     # The incumbent is part of the round's identity: a resumed run that reaches this round
     # from another config searches a study of its own (Optuna's spaces cannot change).
-    name = f"{ctx.study}/{round_no:02d}-{recipe.name}-{_digest(state.config.flat())}"
-    space = recipe.space(runner.device.type, machine.cores(), runner.workload.rank_batch)  # one rank's batch
+    name = f"{ctx.study}/{round_no:02d}-{recipe.name}-{digest(state.config.flat())}"
+    space = _within_host(recipe, recipe.space(runner.device.type, machine.cores(), runner.workload.rank_batch),
+                         state)  # one rank's batch
     est = ctx.estimate(state.config) if state.feasible else None  # the run's pooled readings of the incumbent
     n = min(max(REVISIT_TRIALS, recipe.trials // 2) if revisit else recipe.trials, trials_left)
     on_trial = lambda t: ctx.events.trial(trial_record(t))  # noqa: E731
@@ -162,16 +102,28 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
                 grown=[note for _, note in grown if note])
     ranked, seen = [], set()
     for t in sorted((t for s in searches for t in s.ranked()), key=lambda t: (-t.value, t.number)):
-        key = _key(t.user_attrs.get("config") or {})
-        if key not in seen:  # one candidate per config
-            seen.add(key)
+        k = key(t.user_attrs.get("config") or {})
+        if k not in seen:  # one candidate per config
+            seen.add(k)
             ranked.append(t)
-    state = _decide(ctx, name, recipe, step, state, ranked, deadline)
+    state = decide(ctx, name, recipe, step, state, ranked, deadline)
     if probed is not None and not step.accepted:
         step.reason = (f"its most promising config ({_changes(probed)}) measured {probed.value / est:.2f}x the "
                        f"current config's pooled estimate, below the noise band (1/{ctx.band:.2f}): the rest of its "
                        f"space was not searched")
     return Outcome(step, state, ran, skipped)
+
+
+def _within_host(recipe: Recipe, space: dict[str, list], state: State) -> dict[str, list]:
+    """A growable knob's values up to what this host can run (`machine.growth_limit`, from
+    the incumbent's measurement): no ladder climbs to 8 CPU-bound decoding workers on 2 cores."""
+    out = dict(space)
+    for k in recipe.knobs:
+        if k.grow and k.key in out:
+            limit = machine.growth_limit(k.key, state.summary)
+            kept = [v for v in out[k.key] if not isinstance(v, int) or isinstance(v, bool) or v <= limit]
+            out[k.key] = kept or out[k.key][:1]
+    return out
 
 
 def _changes(t: optuna.trial.FrozenTrial) -> str:
@@ -204,12 +156,13 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
             if at_top is None or at_top.value < best.value / ctx.band:
                 continue
             summary, config = stored_summary(at_top), TrainConfig().with_changes(at_top.user_attrs["config"])
-            limit = machine.growth_limit(knob.key, summary)
+            limit = min(machine.growth_limit(knob.key, summary), machine.growth_limit(knob.key, state.summary))
             values = sorted({min(v, limit) for v in (2 * top, 4 * top)} - {top})
             values = [v for v in values if v > top]
             if not values:
                 out.append((0, f"{knob.key}: the best trial sits at the top ({top}), the host's limit "
-                               f"({limit}, from memory and open files per worker); range not grown"))
+                               f"({limit}, from memory and open files per worker and how much of the data wait is CPU "
+                               f"work); range not grown"))
                 return out
             # The top config was just measured: it is the grown search's known incumbent.
             grow = RecipeSearch(ctx.storage, f"{name}-grow{i + 1}", {knob.key: values}, config, ctx.runner,
@@ -228,87 +181,3 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
         else:
             break
     return out
-
-
-def _decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ranked: list, deadline: float | None) -> State:
-    """Compare the candidates the search could not tell from the incumbent, best first."""
-    inc = _key(state.config.flat())
-    cands = [t for t in ranked if _key(t.user_attrs.get("config") or {}) != inc]
-    if not state.feasible:
-        cands = cands[:1]  # the incumbent does not fit: the fastest config that fits wins
-    else:
-        est = ctx.estimate(state.config) or state.summary.samples_per_s
-        cands = [t for t in cands if t.value >= est / ctx.band][:CANDIDATES]
-    if not cands:
-        step.reason = ("the time budget ran out before a trial could finish" if not step.trials else
-                       "every trial was infeasible or failed" if not ranked else
-                       "the current config is over the memory limit and no trial fit" if not state.feasible else
-                       "no trial came within the noise band of the current config in the search")
-        return state
-    for i, best in enumerate(cands):
-        cost = ctx.trial_cost()
-        if deadline is not None and cost is not None and time.time() + 2 * cost >= deadline and i:
-            break
-        cand = TrainConfig().with_changes(best.user_attrs["config"])
-        summary = stored_summary(best)
-        step.changes, step.after, step.after_config = normalized(state.config, {}).diff(cand), Brief.of(summary), cand.flat()
-        key = f"{name}:accept:{_digest(cand.flat())}"  # the stored decision is this candidate's
-        sp = ctx.compare(key, state.config, cand, f"{recipe.name} against current")
-        ctx.note_pairs(state.config, cand, sp)
-        again = None
-        if state.feasible and sp.measured and sp.low > ctx.margin:
-            again = ctx.compare(f"{name}:confirm:{_digest(cand.flat())}", state.config, cand,
-                                f"{recipe.name} against current, again")
-            ctx.note_pairs(state.config, cand, again)
-            sp = pooled(sp, again)
-        _verdict(step, sp, state, summary, ctx, best.value, again)
-        ctx.events.decision(recipe.name, step.accepted, step.reason or "")
-        if step.accepted:
-            verdict = diagnose(summary, ctx.runner.device.type, ctx.constraints.memory_limit, previous=state.verdict)
-            return State(cand, summary, verdict, fits(summary, ctx.constraints.memory_limit))
-    return state
-
-
-def pooled(first: Comparison, again: Comparison) -> Comparison:
-    """Both comparisons' pairs as one (what is reported when a gain was confirmed);
-    the confirming comparison's failure when it failed."""
-    if again.failed or not again.measured:
-        return again
-    a, b = first.a + again.a, first.b + again.b
-    return Comparison(**paired_ratio(a, b), a=a, b=b)
-
-
-def _verdict(step: Step, sp: Comparison, state: State, cand: Summary, ctx: Context, estimate: float,
-             again: Comparison | None = None) -> None:
-    """Accept or reject one candidate on its interleaved comparison, with the reason.
-
-    A gain that cleared the margin was measured once more side by side, in fresh processes
-    (`again`), and `sp` pools both: a round compares up to `CANDIDATES` configs and a run
-    has many rounds, so one comparison's 95% interval alone would let chance through
-    somewhere in a run (a placebo run did). The gain stands only when the second comparison
-    clears the margin on its own too."""
-    margin, limit = ctx.margin, ctx.constraints.memory_limit
-    if not state.feasible:
-        ratio = f"; throughput ratio {sp.ratio:.2f}x [{sp.low:.2f}, {sp.high:.2f}]" if sp.measured else ""
-        step.accepted, step.speedup = True, sp.ratio_only() if sp.measured else None
-        step.reason = f"fits the memory limit (peak {cand.peak_memory_bytes} B, limit {limit} B){ratio}"
-    elif sp.failed:
-        step.accepted, step.reason = False, f"the interleaved re-measurement failed: {sp.failed}"
-    elif not sp.measured:
-        step.accepted = False
-        step.reason = f"the interleaved re-measurement gave too few usable pairs ({sp.pairs}) for an interval"
-    else:
-        step.speedup = sp.ratio_only()
-        step.accepted = sp.low > margin and (again is None or again.low > margin)
-        if step.accepted:
-            twice = "" if again is None else (f" (two side-by-side comparisons, {sp.pairs} pairs; the second alone "
-                                              f"{again.ratio:.2f}x [{again.low:.2f}, {again.high:.2f}])")
-            step.reason = (f"{sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}] clears the noise margin "
-                           f"{margin:.3f}{twice}")
-        elif again is not None:
-            step.reason = (f"not confirmed: the first comparison cleared the noise margin {margin:.3f}, the second "
-                           f"gave {again.ratio:.2f}x [{again.low:.2f}, {again.high:.2f}]; both together "
-                           f"{sp.ratio:.2f}x [{sp.low:.2f}, {sp.high:.2f}]")
-        else:
-            step.reason = (f"measured {sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}] does not clear "
-                           f"the noise margin {margin:.3f} (search estimate was {estimate / state.summary.samples_per_s:.2f}x)")

@@ -1,0 +1,153 @@
+"""The decision that ends a round: which of the search's candidates, if any, replaces the
+incumbent, settled only by configs measured in turns (A B A B ...) on this machine.
+
+A search reads each config once, so it only nominates: each candidate within the noise
+band of the incumbent's pooled estimate (the best few) is compared with it side by side.
+When the two best read within the noise of each other, they are first compared with each
+other, so that the faster one, not the one with the luckier single reading, is offered
+(three loader workers with a deeper prefetch read below the same workers without it in a
+search, and were 1.1x faster side by side). A round accepts at most one change.
+
+A gain stands only on fresh evidence. A first comparison whose ratio clears the margin
+nominates the candidate; a second comparison must then clear the margin on its own, and
+all the pairs together must too. A run compares many candidates, so one 95% interval
+alone would let chance through somewhere in it (a placebo run did). When the second is
+promising but inconclusive (its ratio clears the margin, its interval does not), a third
+is taken and the second and third are judged together: a real gain at the margin's edge
+(1.05-1.2x where windows vary by 5-10%) is not lost to one comparison's spread, while a
+placebo must still clear the margin in ten fresh pairs.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .config import TrainConfig
+from .context import Context, State, digest, key
+from .diagnose import diagnose
+from .recipes import Recipe
+from .record import Brief, Comparison, Step, Summary
+from .search import fits, normalized, stored_summary
+from .stats import paired_ratio
+
+__all__ = ["CANDIDATES", "decide", "pooled"]
+
+CANDIDATES = 2  # most candidates compared with the incumbent per round
+
+
+def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ranked: list,
+           deadline: float | None) -> State:
+    """Compare the candidates the search could not tell from the incumbent, best first."""
+    inc = key(state.config.flat())
+    cands = [t for t in ranked if key(t.user_attrs.get("config") or {}) != inc]
+    if not state.feasible:
+        cands = cands[:1]  # the incumbent does not fit: the fastest config that fits wins
+    else:
+        est = ctx.estimate(state.config) or state.summary.samples_per_s
+        cands = [t for t in cands if t.value >= est / ctx.band][:CANDIDATES]
+    if not cands:
+        step.reason = ("the time budget ran out before a trial could finish" if not step.trials else
+                       "every trial was infeasible or failed" if not ranked else
+                       "the current config is over the memory limit and no trial fit" if not state.feasible else
+                       "no trial came within the noise band of the current config in the search")
+        return state
+    chosen = ""
+    if len(cands) > 1 and cands[1].value >= cands[0].value / ctx.band and _time_for(ctx, deadline, 2):
+        cands, chosen = _duel(ctx, name, recipe, cands)
+    for i, best in enumerate(cands):
+        if i and not _time_for(ctx, deadline, 2):
+            break
+        cand = TrainConfig().with_changes(best.user_attrs["config"])
+        summary = stored_summary(best)
+        step.changes, step.after, step.after_config = normalized(state.config, {}).diff(cand), Brief.of(summary), cand.flat()
+        first, fresh = _settle(ctx, name, recipe, state, cand)
+        _verdict(step, first, fresh, state, summary, ctx, best.value)
+        if chosen and i == 0 and step.reason:
+            step.reason += chosen
+        ctx.events.decision(recipe.name, step.accepted, step.reason or "")
+        if step.accepted:
+            verdict = diagnose(summary, ctx.runner.device.type, ctx.constraints.memory_limit, previous=state.verdict)
+            return State(cand, summary, verdict, fits(summary, ctx.constraints.memory_limit))
+    return state
+
+
+def _time_for(ctx: Context, deadline: float | None, trials: float) -> bool:
+    cost = ctx.trial_cost()
+    return deadline is None or cost is None or time.time() + trials * cost < deadline
+
+
+def _duel(ctx: Context, name: str, recipe: Recipe, cands: list) -> tuple[list, str]:
+    """The two best candidates side by side: the faster first, and a note saying so."""
+    a, b = (TrainConfig().with_changes(t.user_attrs["config"]) for t in cands[:2])
+    sp = ctx.compare(f"{name}:duel:{digest(a.flat())}:{digest(b.flat())}", a, b,
+                     f"{recipe.name}: its two best candidates against each other")
+    ctx.note_pairs(a, b, sp)
+    if not sp.measured:
+        return cands, ""
+    if sp.ratio > 1.0:  # the runner-up is the faster side by side
+        order, lost, ratio = [cands[1], cands[0], *cands[2:]], cands[0], 1.0 / sp.ratio
+    else:
+        order, lost, ratio = list(cands), cands[1], sp.ratio
+    what = ", ".join(f"{k}={v}" for k, v in (lost.user_attrs.get("changes") or {}).items()) or "unchanged"
+    return order, (f"; offered before the other candidate ({what}), which read within the noise of it in the search "
+                 f"and measured {ratio:.2f}x of it side by side")
+
+
+def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainConfig) -> tuple[Comparison, Comparison | None]:
+    """The first comparison with the incumbent and, when its ratio clears the margin, the
+    fresh evidence that decides (one comparison, or two pooled when the first of them is
+    promising but inconclusive). Decisions are stored under the candidate's keys."""
+    tag = digest(cand.flat())
+    what = f"{recipe.name} against current"
+    first = ctx.compare(f"{name}:accept:{tag}", state.config, cand, what)
+    ctx.note_pairs(state.config, cand, first)
+    if not (state.feasible and first.measured and first.ratio > ctx.margin):
+        return first, None
+    fresh = ctx.compare(f"{name}:confirm:{tag}", state.config, cand, f"{what}, again")
+    ctx.note_pairs(state.config, cand, fresh)
+    if fresh.measured and fresh.ratio > ctx.margin and not fresh.low > ctx.margin:
+        more = ctx.compare(f"{name}:confirm2:{tag}", state.config, cand, f"{what}, a third time")
+        ctx.note_pairs(state.config, cand, more)
+        fresh = pooled(fresh, more)
+    return first, fresh
+
+
+def pooled(first: Comparison, again: Comparison) -> Comparison:
+    """Both comparisons' pairs as one; the second's failure when it failed."""
+    if again.failed or not again.measured:
+        return again
+    a, b = first.a + again.a, first.b + again.b
+    return Comparison(**paired_ratio(a, b), a=a, b=b)
+
+
+def _verdict(step: Step, first: Comparison, fresh: Comparison | None, state: State, cand: Summary, ctx: Context,
+             estimate: float) -> None:
+    """Accept or reject one candidate on its side-by-side comparisons, with the reason."""
+    margin, limit = ctx.margin, ctx.constraints.memory_limit
+    sp = first if fresh is None else pooled(first, fresh)
+    if not state.feasible:
+        ratio = f"; throughput ratio {sp.ratio:.2f}x [{sp.low:.2f}, {sp.high:.2f}]" if sp.measured else ""
+        step.accepted, step.speedup = True, sp.ratio_only() if sp.measured else None
+        step.reason = f"fits the memory limit (peak {cand.peak_memory_bytes} B, limit {limit} B){ratio}"
+        return
+    if sp.failed:
+        step.accepted, step.reason = False, f"the interleaved re-measurement failed: {sp.failed}"
+        return
+    if not sp.measured:
+        step.accepted = False
+        step.reason = f"the interleaved re-measurement gave too few usable pairs ({sp.pairs}) for an interval"
+        return
+    step.speedup = sp.ratio_only()
+    step.accepted = fresh is not None and fresh.low > margin and sp.low > margin
+    if fresh is None:
+        step.reason = (f"measured {sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}], not above the noise "
+                       f"margin {margin:.3f} (search estimate was {estimate / state.summary.samples_per_s:.2f}x)")
+        return
+    again = (f"the first comparison {first.ratio:.2f}x [{first.low:.2f}, {first.high:.2f}], then {fresh.pairs} fresh "
+             f"pairs alone {fresh.ratio:.2f}x [{fresh.low:.2f}, {fresh.high:.2f}]")
+    if step.accepted:
+        step.reason = (f"{sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}] clears the noise margin {margin:.3f} "
+                       f"({sp.pairs} pairs: {again})")
+    else:
+        step.reason = (f"not shown: {again}; all {sp.pairs} pairs {sp.ratio:.2f}x [{sp.low:.2f}, {sp.high:.2f}]: "
+                       f"the fresh pairs and all of them must each clear the noise margin {margin:.3f}")

@@ -1,0 +1,144 @@
+"""How a round decides between its candidates and the incumbent, on scripted side-by-side
+comparisons: a gain needs fresh pairs that clear the margin on their own, a promising but
+inconclusive second look gets a third, and two candidates that the search cannot tell
+apart are compared with each other first."""
+
+from __future__ import annotations
+
+import optuna
+import torch
+
+from autotune.config import TrainConfig
+from autotune.context import Context, State
+from autotune.decide import decide
+from autotune.diagnose import diagnose
+from autotune.events import Silent
+from autotune.recipes import load_recipes
+from autotune.record import Brief, Comparison, Step
+from autotune.search import Constraints
+from autotune.stats import paired_ratio
+from autotune.testing import FakeRunner
+
+INCUMBENT = [100.0] * 5
+CLEAR = [110.0, 111.0, 109.5, 110.5, 110.2]  # 1.10x, a narrow interval
+PROMISING = [111.0, 99.0, 112.0, 100.0, 108.0]  # 1.06x, an interval that straddles the margin
+NOTHING = [100.5, 99.0, 101.0, 99.5, 100.2]  # 1.00x
+
+
+class Script:
+    """`Context.compare` answering from a script: per kind of key (accept, confirm,
+    confirm2, duel), the windows of B (A's are `INCUMBENT`); every key asked is kept."""
+
+    def __init__(self, **windows: list[float] | list[list[float]]) -> None:
+        self.windows, self.keys = windows, []
+
+    def __call__(self, key: str, a: TrainConfig, b: TrainConfig, what: str) -> Comparison:
+        self.keys.append(key)
+        kind = key.split(":")[1]
+        ys = self.windows[kind]
+        if ys and isinstance(ys[0], list):  # one script per candidate, in the order asked
+            ys = ys.pop(0)
+        return Comparison(**paired_ratio(INCUMBENT, ys), a=INCUMBENT, b=list(ys))
+
+    def kinds(self) -> list[str]:
+        return [k.split(":")[1] for k in self.keys]
+
+
+def setup(script: Script, margin: float = 1.03, band: float = 1.08):
+    runner = FakeRunner(lambda c: 100.0)
+    ctx = Context(storage=None, study="s", runner=runner, constraints=Constraints(None, [1.0, 0.9]), seed=0,
+                  margin=margin, band=band, compare=script, events=Silent())
+    base = TrainConfig()
+    summary = runner.open(base).summary()
+    ctx.note(base.flat(), 100.0)
+    return ctx, runner, State(base, summary, diagnose(summary, "cpu"), True)
+
+
+def candidate(runner: FakeRunner, changes: dict, value: float) -> optuna.trial.FrozenTrial:
+    cfg = TrainConfig().with_changes(changes)
+    return optuna.trial.create_trial(value=value, user_attrs={
+        "config": cfg.flat(), "changes": changes, "summary": runner.open(cfg).summary().model_dump(mode="json")})
+
+
+def run(script: Script, cands: list[optuna.trial.FrozenTrial], ctx, state) -> tuple[Step, State]:
+    step = Step(round=1, recipe="optimizer-impl", bottleneck="compute", trials=[], before=Brief.of(state.summary))
+    recipe = next(r for r in load_recipes() if r.name == "optimizer-impl")
+    return step, decide(ctx, "s/01", recipe, step, state, cands, None)
+
+
+def test_a_clear_gain_is_kept_after_one_fresh_comparison():
+    script = Script(accept=CLEAR, confirm=CLEAR)
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 110.0)], ctx, state)
+    assert step.accepted and after.config.optimizer.impl == "fused"
+    assert script.kinds() == ["accept", "confirm"]
+    assert step.speedup.pairs == 10
+
+
+def test_a_promising_but_inconclusive_gain_gets_a_third_look_and_is_kept_when_the_fresh_pairs_clear():
+    script = Script(accept=PROMISING, confirm=PROMISING, confirm2=CLEAR)
+    ctx, runner, state = setup(script)
+    first = Comparison(**paired_ratio(INCUMBENT, PROMISING))
+    assert first.ratio > ctx.margin and first.low < ctx.margin  # the premise: promising, not shown
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 108.0)], ctx, state)
+    assert script.kinds() == ["accept", "confirm", "confirm2"]
+    assert step.accepted and after.config.optimizer.impl == "fused", step.reason
+    assert step.speedup.pairs == 15 and "10 fresh pairs" in step.reason
+
+
+def test_a_promising_first_look_that_the_fresh_pairs_do_not_repeat_is_rejected():
+    script = Script(accept=PROMISING, confirm=NOTHING, confirm2=CLEAR)
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 108.0)], ctx, state)
+    assert script.kinds() == ["accept", "confirm"]  # the fresh ratio is not above the margin: no third look
+    assert not step.accepted and after is state
+    assert "fresh pairs alone 1.00x" in step.reason
+
+
+def test_a_third_look_that_does_not_clear_leaves_the_incumbent():
+    script = Script(accept=PROMISING, confirm=PROMISING, confirm2=PROMISING)
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 108.0)], ctx, state)
+    assert script.kinds() == ["accept", "confirm", "confirm2"]
+    assert not step.accepted and after is state
+
+
+def test_a_first_look_not_above_the_margin_ends_there():
+    script = Script(accept=NOTHING)
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 104.0)], ctx, state)
+    assert script.kinds() == ["accept"] and not step.accepted
+    assert "not above the noise margin" in step.reason
+
+
+def test_two_candidates_within_noise_of_each_other_are_compared_with_each_other_first():
+    """The search read `foreach` a little higher (one lucky reading); side by side `fused`
+    is faster, so `fused` is the one offered against the incumbent and kept."""
+    script = Script(duel=CLEAR, accept=[CLEAR], confirm=[CLEAR])
+    ctx, runner, state = setup(script)
+    lucky = candidate(runner, {"optimizer.impl": "foreach"}, 112.0)
+    better = candidate(runner, {"optimizer.impl": "fused"}, 109.0)
+    step, after = run(script, [lucky, better], ctx, state)
+    assert script.kinds() == ["duel", "accept", "confirm"]
+    assert step.accepted and after.config.optimizer.impl == "fused"
+    assert "offered before the other candidate (optimizer.impl=foreach)" in step.reason
+    assert "0.91x of it side by side" in step.reason
+
+
+def test_the_search_order_stands_when_the_duel_agrees_with_it():
+    script = Script(duel=[90.0, 91.0, 89.0, 90.5, 90.0], accept=[CLEAR], confirm=[CLEAR])
+    ctx, runner, state = setup(script)
+    first = candidate(runner, {"optimizer.impl": "foreach"}, 112.0)
+    second = candidate(runner, {"optimizer.impl": "fused"}, 109.0)
+    step, after = run(script, [first, second], ctx, state)
+    assert script.kinds() == ["duel", "accept", "confirm"]
+    assert after.config.optimizer.impl == "foreach"
+
+
+def test_candidates_apart_beyond_the_noise_are_not_dueled():
+    script = Script(accept=[CLEAR, CLEAR], confirm=[CLEAR])
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "foreach"}, 130.0),
+                               candidate(runner, {"optimizer.impl": "fused"}, 109.0)], ctx, state)
+    assert "duel" not in script.kinds()
+    assert after.config.optimizer.impl == "foreach"
