@@ -23,6 +23,8 @@ __all__ = ["ADVICE", "Bottleneck", "Verdict", "Waste", "amdahl", "diagnose", "ma
 
 # Data wait above 5% of the step: the PyTorch profiler TensorBoard plugin's input-bound rule.
 INPUT_SHARE = 0.05
+# The loading thread busy on the CPU for at least 80% of its wait: decoding, not storage.
+CPU_BOUND_LOADING = 0.80
 # Collectives above 10% of the step: communication-bound (HTA's and DeepSpeed's rule of thumb).
 COMM_SHARE = 0.10
 # Peak memory above 90% of the limit: memory-bound (no headroom for a larger step).
@@ -95,7 +97,13 @@ class _Rules:
                      reason=f"{what} {share:.0%} of the step (> {line:.0%}{', within noise of the line' if borderline else ''})")
 
     def input(self) -> Waste | None:
-        return self._by_share(Bottleneck.INPUT, "data", INPUT_SHARE, "the step waits for data")
+        w = self._by_share(Bottleneck.INPUT, "data", INPUT_SHARE, "the step waits for data")
+        cpu = self.sig.get("data_cpu_share")
+        if w is not None and cpu is not None:  # measured only while batches load in the training process
+            w.evidence["data_cpu_share"] = round(cpu, 4)
+            w.reason += (f"; loading is CPU work ({cpu:.0%} of the wait): workers gain only while cores are free"
+                         if cpu >= CPU_BOUND_LOADING else f"; loading waits more than it computes ({cpu:.0%} CPU)")
+        return w
 
     def transfer(self) -> Waste | None:
         pageable = self.device == "cuda" and (self.sig.get("pageable_copies_per_step") or 0) > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import resource
@@ -14,6 +15,7 @@ __all__ = ["available_memory_bytes", "core_set", "cores", "cpu_name", "describe"
            "growth_limit", "open_files_limit", "worker_ref"]
 
 FILES_PER_WORKER = 8  # pipes, a shared-memory handle and queues per DataLoader worker
+OVERSUBSCRIBE = 2  # CPU-bound loader workers per core worth trying, at most
 WORKER_MEMORY_SHARE = 0.5  # DataLoader workers may take at most this much of the available memory
 
 
@@ -93,11 +95,18 @@ def growth_limit(key: str, summary: Summary) -> int:
 
     DataLoader workers are processes: each may hold as much resident memory as the
     training process did (an upper bound; fork shares pages until they are written) and
-    several open files."""
+    several open files. When the trial loaded its batches in the training process, the
+    share of that wait spent on the CPU (`data_cpu_share`) bounds them too: a worker busy
+    a share `f` of its time saturates the cores at `cores / f` workers, and more only
+    time-slice with each other and with the step; twice that leaves room for workers that
+    wait on a full queue (CPU-bound decoding on 2 cores peaked at 3 workers here)."""
     if key != "data.num_workers":
         return 2**31
     limits = [open_files_limit() // FILES_PER_WORKER]
     avail, rss = available_memory_bytes(), summary.peak_rss_bytes
     if avail and rss:
         limits.append(int(WORKER_MEMORY_SHARE * avail // rss))
+    cpu = summary.signals.data_cpu_share if summary.signals else None
+    if cpu:
+        limits.append(math.ceil(OVERSUBSCRIBE * cores() / cpu))
     return max(1, min(limits))

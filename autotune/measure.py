@@ -309,12 +309,17 @@ class Session:
         for _ in range(self.protocol.warmup_steps):
             self.trainer.step(self._batch())
 
+        fetch = {"cpu": 0.0, "wall": 0.0}  # the loading thread's CPU time and its wait for batches
+
         def run(n: int) -> float:
             self._sync()
             t0 = time.perf_counter()
             for _ in range(n):
+                c0, w0 = time.thread_time(), time.perf_counter()
                 with torch.profiler.record_function("autotune::data"):
                     b = self._batch()
+                fetch["cpu"] += time.thread_time() - c0
+                fetch["wall"] += time.perf_counter() - w0
                 self.trainer.step(b)
             self._sync()
             return time.perf_counter() - t0
@@ -325,6 +330,8 @@ class Session:
         try:
             sig = signals.collect(run, self.protocol.profile_steps, self.device, trace_path)
             self.trainer.annotate = False
+            if not self.trainer.in_flight and fetch["wall"] > 0:  # batches loaded in this thread: its CPU shows
+                sig["data_cpu_share"] = min(1.0, fetch["cpu"] / fetch["wall"])
             if self.result.world_size > 1:
                 ref = comm.reference(lambda sync: self.trainer.backward_s(self._batch(), sync),
                                      max(3, self.protocol.profile_steps))

@@ -86,6 +86,10 @@ class Signals(Record):
     gpu_busy: float | None = None
     short_kernel_share: float | None = None
     pageable_copies_per_step: float | None = None
+    data_cpu_share: float | None = Field(None, description="The loading thread's CPU time over its wait for "
+                                         "batches in the profiled steps, when batches load in the training process "
+                                         "(no loader workers): near 1, loading is CPU work (decoding); near 0, it "
+                                         "waits (storage, network).")
     world_size: int | None = Field(None, description="DDP ranks (set only for a distributed step).")
     allreduce_bytes_per_step: int | None = Field(None, description="Gradient bytes each rank all-reduces per step.")
     backward_synced_s: float | None = Field(None, description="Rank 0's median backward with DDP's all-reduce "

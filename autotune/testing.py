@@ -62,7 +62,8 @@ class FakeHandle:
             window_stage_shares=per_window,
             peak_memory_bytes=r.memory(self.config), peak_rss_bytes=10**8,
             one_time={"setup_s": 0.1, "first_step_s": 0.01},
-            signals=Signals(ops_per_step=10, mean_op_us=500.0, syncs_per_step=0.0, comm_share=0.0),
+            signals=Signals(**{"ops_per_step": 10, "mean_op_us": 500.0, "syncs_per_step": 0.0, "comm_share": 0.0,
+                               **r.signals(self.config)}),
             measured_steps=10 * len(thr), first_losses=losses,
         )
 
@@ -81,6 +82,7 @@ class FakeRunner(Runner):
         stages: Stage shares of a config's step.
         memory: Peak bytes of a config.
         losses: First losses of a config (default: the same for every config).
+        signals: Profiler signals of a config beyond the defaults (e.g. `data_cpu_share`).
 
     Counts every config given to `measure` in `measured` and every `interleave` call in
     `interleaved` (pairs of flat configs).
@@ -89,7 +91,8 @@ class FakeRunner(Runner):
     def __init__(self, speed: Callable[[TrainConfig], float], *, noise: float = 0.02, seed: int = 0, drift: float = 0.0,
                  stages: Callable[[TrainConfig], dict[str, float]] | None = None,
                  memory: Callable[[TrainConfig], int] | None = None,
-                 losses: Callable[[TrainConfig], list[float]] | None = None, batch_size: int = 32,
+                 losses: Callable[[TrainConfig], list[float]] | None = None,
+                 signals: Callable[[TrainConfig], dict] | None = None, batch_size: int = 32,
                  protocol: Protocol | None = None) -> None:
         super().__init__(_dummy_workload(batch_size), "fake.py", torch.device("cpu"), protocol or Protocol(windows=4),
                          isolate=False)
@@ -97,6 +100,7 @@ class FakeRunner(Runner):
         self.stages = stages or (lambda c: DEFAULT_STAGES)
         self.memory = memory or (lambda c: 1000)
         self.losses = losses or (lambda c: [1.0, 0.9])
+        self.signals = signals or (lambda c: {})
         self.windows_taken = 0
         self.measured: list[dict] = []
         self.interleaved: list[tuple[dict, dict]] = []

@@ -166,6 +166,34 @@ def test_a_range_grows_only_up_to_the_hosts_limit_and_says_so_once(tmp_path, mon
     assert sum("range not grown" in note for note in step.grown) == 1, step.grown
 
 
+def _loader_run(tmp_path, monkeypatch, cpu_share: float):
+    """Workers keep helping up to 8 by throughput alone; the loading thread's CPU share at
+    0 workers (measured only there) says whether that can hold on this 2-core host."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+
+    def speed(c):
+        return 100.0 * (1 + min(c.data.num_workers, 8))
+
+    runner = FakeRunner(speed, noise=0.005, stages=lambda c: {"data": 0.8, "forward": 0.1, "backward": 0.1},
+                        signals=lambda c: {} if c.data.num_workers else {"data_cpu_share": cpu_share})
+    return run_agent(runner, tmp_path, only=("dataloader",))
+
+
+def test_cpu_bound_loading_is_not_climbed_past_twice_the_cores(tmp_path, monkeypatch):
+    r = _loader_run(tmp_path, monkeypatch, cpu_share=1.0)
+    step = r.steps[0]
+    workers = {t.config["data.num_workers"] for t in step.trials}
+    assert max(workers) == 4, workers  # 2 x 2 cores / 1.0: no trial of 6, 8 or more
+    assert any("range not grown" in note for note in step.grown), step.grown
+    assert "loading is CPU work (100% of the wait)" in r.initial_diagnosis.wastes[0].reason
+
+
+def test_loading_that_waits_still_climbs_and_grows(tmp_path, monkeypatch):
+    r = _loader_run(tmp_path, monkeypatch, cpu_share=0.05)
+    workers = {t.config["data.num_workers"] for t in r.steps[0].trials}
+    assert 8 in workers and max(workers) > 8, workers  # the ladder's top, then grown (the range stops at 8)
+
+
 def test_a_noisy_machine_still_tries_every_compute_recipe_but_not_an_immaterial_wait():
     """Under load the A/A margin reads high (1.67 was seen): a prior below it must not
     drop a compute recipe (only the measurement can say what it gains here), while a data

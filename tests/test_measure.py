@@ -91,3 +91,27 @@ def test_epoch_starts_are_charged_so_persistent_workers_are_measured():
     assert kept[0].epoch_cost_s >= WORKER_START_SLEEP * 4 / 8 * 0.9  # the first epoch starts the workers
     assert all(w.epoch_cost_s < plain[i].epoch_cost_s for i, w in enumerate(kept) if i)
     assert all(w.samples_per_s == w.samples / (w.wall_s + w.epoch_cost_s) for w in plain + kept)
+
+
+class BusyVectors(Vectors):
+    def __getitem__(self, i):  # decoding: the loading thread computes for DATA_SLEEP
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < DATA_SLEEP:
+            pass
+        return super().__getitem__(i)
+
+
+def _cpu_share(dataset, workers: int = 0) -> float | None:
+    wl = Workload(name="loading", model=mlp, dataset=dataset, optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
+                  loss=ce_loss, batch_size=8)
+    cfg = TrainConfig().with_changes({"data.num_workers": workers})
+    return measure(wl, cfg, CPU, Protocol(windows=1, steps=2, warmup_steps=1, profile_steps=2)).summary() \
+        .signals.data_cpu_share
+
+
+def test_the_loading_threads_cpu_share_tells_decoding_from_waiting():
+    """In-process loading that computes reads near 1; one that sleeps (storage) near 0;
+    with loader workers the training process only waits, so nothing is claimed."""
+    assert _cpu_share(lambda: BusyVectors(64)) > 0.5
+    assert _cpu_share(lambda: SlowVectors(64)) < 0.25
+    assert _cpu_share(lambda: SlowVectors(64), workers=1) is None
