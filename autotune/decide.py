@@ -4,16 +4,18 @@ incumbent, settled only by configs measured in turns (A B A B ...) on this machi
 A search reads each config once, so it only nominates: each candidate within the noise
 band of the incumbent's pooled estimate (the best few) is compared with it side by side.
 When the two best read within the noise of each other, they are first compared with each
-other, so that the faster one, not the one with the luckier single reading, is offered
-(three loader workers with a deeper prefetch read below the same workers without it in a
-search, and were 1.1x faster side by side). A round accepts at most one change.
+other, so that the faster one, not the one with the luckier single reading, is offered,
+alone (decode_bound's loader round had kept the config with the best single reading, 0.90
+of its grid's best; with the duel it kept the grid's best). A round accepts at most one
+change.
 
 A gain stands only on fresh evidence. A first comparison whose ratio clears the margin
 nominates the candidate; a second comparison must then clear the margin on its own, and
 all the pairs together must too. A run compares many candidates, so one 95% interval
 alone would let chance through somewhere in it (a placebo run did). When the second is
-promising but inconclusive (its ratio clears the margin, its interval does not), a third
-is taken and the second and third are judged together: a real gain at the margin's edge
+promising but the decision is not yet shown (its ratio clears the margin; its interval, or
+that of all pairs, does not), a third is taken and the second and third are judged
+together as the fresh pairs: a real gain at the margin's edge
 (1.05-1.2x where windows vary by 5-10%) is not lost to one comparison's spread, while a
 placebo must still clear the margin in ten fresh pairs.
 """
@@ -54,6 +56,8 @@ def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ra
     chosen = ""
     if len(cands) > 1 and cands[1].value >= cands[0].value / ctx.band and _time_for(ctx, deadline, 2):
         cands, chosen = _duel(ctx, name, recipe, cands)
+        if chosen:  # the other measured no faster than it: no second chance against the incumbent
+            cands = cands[:1]
     for i, best in enumerate(cands):
         if i and not _time_for(ctx, deadline, 2):
             break
@@ -96,7 +100,8 @@ def _duel(ctx: Context, name: str, recipe: Recipe, cands: list) -> tuple[list, s
 def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainConfig) -> tuple[Comparison, Comparison | None]:
     """The first comparison with the incumbent and, when its ratio clears the margin, the
     fresh evidence that decides (one comparison, or two pooled when the first of them is
-    promising but inconclusive). Decisions are stored under the candidate's keys."""
+    promising, its ratio above the margin, but the fresh pairs or all pairs do not clear
+    it yet). Decisions are stored under the candidate's keys."""
     tag = digest(cand.flat())
     what = f"{recipe.name} against current"
     first = ctx.compare(f"{name}:accept:{tag}", state.config, cand, what)
@@ -105,11 +110,15 @@ def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainCo
         return first, None
     fresh = ctx.compare(f"{name}:confirm:{tag}", state.config, cand, f"{what}, again")
     ctx.note_pairs(state.config, cand, fresh)
-    if fresh.measured and fresh.ratio > ctx.margin and not fresh.low > ctx.margin:
+    if fresh.measured and fresh.ratio > ctx.margin and not _clears(pooled(first, fresh), fresh, ctx.margin):
         more = ctx.compare(f"{name}:confirm2:{tag}", state.config, cand, f"{what}, a third time")
         ctx.note_pairs(state.config, cand, more)
         fresh = pooled(fresh, more)
     return first, fresh
+
+
+def _clears(every: Comparison, fresh: Comparison, margin: float) -> bool:
+    return every.measured and fresh.measured and every.low > margin and fresh.low > margin
 
 
 def pooled(first: Comparison, again: Comparison) -> Comparison:
@@ -138,7 +147,7 @@ def _verdict(step: Step, first: Comparison, fresh: Comparison | None, state: Sta
         step.reason = f"the interleaved re-measurement gave too few usable pairs ({sp.pairs}) for an interval"
         return
     step.speedup = sp.ratio_only()
-    step.accepted = fresh is not None and fresh.low > margin and sp.low > margin
+    step.accepted = fresh is not None and _clears(sp, fresh, margin)
     if fresh is None:
         step.reason = (f"measured {sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}], not above the noise "
                        f"margin {margin:.3f} (search estimate was {estimate / state.summary.samples_per_s:.2f}x)")

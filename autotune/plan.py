@@ -76,9 +76,13 @@ class Attempts:
 
 
 def expected_gain(recipe: Recipe, waste: Waste) -> float:
-    """The prior gain of `recipe` on one waste, bounded by the waste's measured share."""
+    """The prior gain of `recipe` on one waste, bounded by the waste's measured share (for
+    a recipe that acts on one compute stage, that stage's share: Amdahl)."""
     if waste.cls is Bottleneck.COMPUTE:
-        return 1.0 / (1.0 - waste.share * (1.0 - 1.0 / recipe.compute_speedup))
+        share = waste.share
+        if recipe.stage is not None:
+            share = (waste.evidence.get("stage_shares") or {}).get(recipe.stage, share)
+        return 1.0 / (1.0 - share * (1.0 - 1.0 / recipe.compute_speedup))
     if waste.cls is Bottleneck.MEMORY:
         return math.inf if waste.share >= 1.0 else 1.0  # not fitting outranks any speed
     return 1.0 / max(1e-9, 1.0 - recipe.removes * waste.share)

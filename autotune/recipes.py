@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import KEYS
+from .diagnose import COMPUTE_STAGES
 from .errors import UserError
 from .record import Bottleneck
 
@@ -136,6 +137,9 @@ class Recipe:
     # targeted waste the recipe is expected to remove, and its expected compute speedup.
     removes: float = 0.8
     compute_speedup: float = 1.1
+    # The compute stage `compute_speedup` applies to (e.g. "optimizer": a fused optimizer
+    # speeds up the optimizer step only); none: the model's whole compute.
+    stage: str | None = None
     each_knob_first: bool = False  # a joint search: measure each knob alone before combining them
     # Its configs are alternatives, most promising first (fused, then foreach): the next is
     # measured only when the ones before could not run (failed, or over the memory limit).
@@ -276,7 +280,7 @@ def _parse(path: Any) -> Recipe:
         raise UserError(f"{where} must be a mapping with name, targets, cost, knobs, tradeoffs.")
     errors: list[str] = []
     known = {"name", "summary", "targets", "cost", "applies", "knobs", "trials", "tradeoffs", "snippet", "removes",
-             "compute_speedup", "fallbacks"}
+             "compute_speedup", "stage", "fallbacks"}
     errors += [f"unknown field {_show(k)} (known: {', '.join(sorted(known))})" for k in data if k not in known]
     errors += [f"missing field {k!r}" for k in ("name", "targets", "cost", "knobs", "tradeoffs") if k not in data]
     name = _text_field(data, "name", errors, required="name" in data)
@@ -306,6 +310,9 @@ def _parse(path: Any) -> Recipe:
         errors.append(f"field 'trials' must be a whole number from 1 to {MAX_TRIALS}, got {_show(trials)}")
     removes = _number(data, "removes", 0.8, 0.0, 1.0, errors)
     speedup = _number(data, "compute_speedup", 1.1, 1.0, 100.0, errors)
+    stage = data.get("stage")
+    if stage is not None and stage not in COMPUTE_STAGES:
+        errors.append(f"field 'stage' must be one of {list(COMPUTE_STAGES)}, got {_show(stage)}")
     fallbacks = data.get("fallbacks", False)
     if not isinstance(fallbacks, bool):
         errors.append(f"field 'fallbacks' must be true or false, got {_show(fallbacks)}")
@@ -315,7 +322,7 @@ def _parse(path: Any) -> Recipe:
         name=name, summary=summary, targets=tuple(Bottleneck(t) for t in targets),
         cost=data["cost"], devices=tuple(devices), requires=tuple(requires), knobs=tuple(knobs), trials=trials,
         tradeoffs=" ".join(tradeoffs.split()), snippet=snippet, source=str(path),
-        removes=removes, compute_speedup=speedup, fallbacks=bool(fallbacks),
+        removes=removes, compute_speedup=speedup, stage=stage, fallbacks=bool(fallbacks),
     )
 
 

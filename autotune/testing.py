@@ -22,7 +22,7 @@ from .workload import Workload
 
 __all__ = ["FakeHandle", "FakeRunner", "TrialFailed"]
 
-DEFAULT_STAGES = {"data": 0.0, "forward": 0.5, "backward": 0.5}
+DEFAULT_STAGES = {"data": 0.0, "forward": 0.45, "backward": 0.45, "optimizer": 0.1}
 
 
 def _dummy_workload(batch_size: int) -> Workload:

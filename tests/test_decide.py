@@ -142,3 +142,25 @@ def test_candidates_apart_beyond_the_noise_are_not_dueled():
                                candidate(runner, {"optimizer.impl": "fused"}, 109.0)], ctx, state)
     assert "duel" not in script.kinds()
     assert after.config.optimizer.impl == "foreach"
+
+
+def test_the_loser_of_a_duel_gets_no_second_chance_against_the_incumbent():
+    script = Script(duel=[90.0, 91.0, 89.0, 90.5, 90.0], accept=[NOTHING, CLEAR], confirm=[CLEAR])
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "foreach"}, 112.0),
+                               candidate(runner, {"optimizer.impl": "fused"}, 109.0)], ctx, state)
+    assert script.kinds() == ["duel", "accept"]  # foreach won the duel and did not clear: fused is not tried
+    assert not step.accepted and after is state
+
+
+def test_fresh_pairs_that_clear_while_all_pairs_do_not_get_a_third_look():
+    """A noisy first look (ratio just over the margin, a wide interval) drags the pooled
+    interval under the margin although the fresh pairs clear it: one more comparison."""
+    wide = [118.0, 90.0, 117.0, 91.0, 104.0]
+    script = Script(accept=wide, confirm=[110.0, 104.0, 112.0, 105.0, 109.0], confirm2=[115.0, 116.0, 114.0, 115.5, 115.0])
+    ctx, runner, state = setup(script)
+    first = Comparison(**paired_ratio(INCUMBENT, wide))
+    assert first.ratio > ctx.margin and first.low < 1.0  # the premise
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 108.0)], ctx, state)
+    assert script.kinds() == ["accept", "confirm", "confirm2"]
+    assert step.accepted, step.reason

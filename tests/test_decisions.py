@@ -25,13 +25,15 @@ def run_agent(runner, tmp_path, **settings):
 
 
 def summary(window_data_shares: list[float]) -> Summary:
-    windows = [{"data": d, "forward": (1 - d) / 2, "backward": (1 - d) / 2} for d in window_data_shares]
+    windows = [{"data": d, "forward": (1 - d) * 0.45, "backward": (1 - d) * 0.45, "optimizer": (1 - d) * 0.1}
+               for d in window_data_shares]
     mean = sum(window_data_shares) / len(window_data_shares)
     return Summary(config={}, step_time_s=StepTime(median=0.01, p90=0.011, mean=0.01), samples_per_s=100.0,
                    windows_samples_per_s=[100.0] * len(windows), window_cv=0.0,
                    stages={"data": StageTime(s=0.01 * mean, share=mean),
-                           "forward": StageTime(s=0.005 * (1 - mean), share=(1 - mean) / 2),
-                           "backward": StageTime(s=0.005 * (1 - mean), share=(1 - mean) / 2)},
+                           "forward": StageTime(s=0.0045 * (1 - mean), share=(1 - mean) * 0.45),
+                           "backward": StageTime(s=0.0045 * (1 - mean), share=(1 - mean) * 0.45),
+                           "optimizer": StageTime(s=0.001 * (1 - mean), share=(1 - mean) * 0.1)},
                    window_stage_shares=windows, signals=Signals(ops_per_step=10, mean_op_us=500.0))
 
 
@@ -67,7 +69,7 @@ def test_compile_is_still_tried_after_a_small_data_wait_tops_the_list(tmp_path):
 
     def stages(c):
         data = 0.0504 if c.precision.amp == "bf16" else 0.045
-        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) / 2}
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
 
     r = run_agent(FakeRunner(speed, stages=stages, noise=0.01), tmp_path)
     recipes = [s.recipe for s in r.steps]
@@ -263,7 +265,7 @@ def test_a_recipe_is_revisited_once_with_half_its_trials_when_its_waste_returns(
 
     def stages(c):
         data = 0.4 if c.data.num_workers < 2 else (0.2 if c.precision.amp == "bf16" else 0.02)
-        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) / 2}
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
 
     r = run_agent(FakeRunner(speed, stages=stages, noise=0.01), tmp_path, only=("dataloader", "amp"))
     rounds = [s for s in r.steps if s.recipe == "dataloader"]
@@ -290,7 +292,7 @@ def test_a_repeat_that_fails_keeps_the_first_aa_and_says_so(tmp_path):
     assert "the first (a repeat failed) sets the margin" in noise_text(r)
 
 
-COMPUTE_ONLY = {"forward": 0.5, "backward": 0.5}
+COMPUTE_ONLY = {"forward": 0.45, "backward": 0.45, "optimizer": 0.1}
 
 
 def test_a_recipe_whose_most_promising_config_is_clearly_slower_stops_there(tmp_path):
@@ -348,7 +350,7 @@ def test_the_loader_climbs_a_workers_ladder_then_tunes_the_rest_from_its_best(tm
 
     def stages(c):
         data = 0.5 if c.data.num_workers < 3 else 0.2
-        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) / 2}
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
 
     runner = FakeRunner(speed, noise=0.01, stages=stages)
     r = run_agent(runner, tmp_path, only=("dataloader",))
@@ -419,7 +421,7 @@ def test_a_first_rung_that_dips_does_not_end_the_ladder(tmp_path):
 
     def stages(c):
         data = 0.6 if c.data.num_workers < 3 else 0.3
-        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) / 2}
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
 
     r = run_agent(FakeRunner(speed, noise=0.01, stages=stages), tmp_path, only=("dataloader",))
     step = r.steps[0]
@@ -438,7 +440,7 @@ def test_a_range_whose_top_reads_within_noise_of_the_best_still_grows(tmp_path):
 
     def stages(c):
         data = 0.8 if c.data.num_workers < 30 else 0.05
-        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) / 2}
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
 
     r = run_agent(FakeRunner(speed, noise=0.0, stages=stages), tmp_path, only=("dataloader",))
     step = r.steps[0]
@@ -458,7 +460,7 @@ def test_a_recipe_with_nothing_left_to_try_is_not_revisited(tmp_path, monkeypatc
 
     def stages(c):  # each kept change leaves the data wait a larger share of a shorter step
         data = 0.1 * (2 if c.backend.num_threads == 1 else 1) * (2 if c.optimizer.impl == "fused" else 1)
-        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) / 2}
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
 
     r = run_agent(FakeRunner(speed, noise=0.01, stages=stages), tmp_path, only=("threads", "optimizer-impl"))
     assert [s.recipe for s in r.steps] == ["threads", "optimizer-impl"], [(s.recipe, len(s.trials)) for s in r.steps]
@@ -478,7 +480,7 @@ def test_workers_that_only_help_with_fewer_threads_are_found(tmp_path):
 
     def stages(c):
         data = 0.6 if speed(c) < 140 else 0.3
-        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) / 2}
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
 
     r = run_agent(FakeRunner(speed, noise=0.01, stages=stages), tmp_path, only=("dataloader",))
     step = r.steps[0]
@@ -514,3 +516,26 @@ def test_a_clear_loss_is_not_measured_again(tmp_path, monkeypatch):
     r = run_agent(FakeRunner(speed, noise=0.002, stages=lambda c: COMPUTE_ONLY), tmp_path,
                   only=("threads", "optimizer-impl"))
     assert [s.recipe for s in r.steps] == ["threads", "optimizer-impl"]
+
+
+def _stages_summary(stages: dict[str, float]) -> Summary:
+    return Summary(config={}, step_time_s=StepTime(median=0.01, p90=0.011, mean=0.01), samples_per_s=100.0,
+                   windows_samples_per_s=[100.0] * 3, window_cv=0.0,
+                   stages={k: StageTime(s=0.01 * v, share=v) for k, v in stages.items()},
+                   window_stage_shares=[stages] * 3, signals=Signals(ops_per_step=10, mean_op_us=500.0))
+
+
+def test_a_fused_optimizer_ranks_by_the_optimizer_steps_own_share():
+    """Amdahl on the stage a recipe acts on: where the optimizer step is half the step (Adam
+    over many small layers) a fused optimizer is the first compute recipe; where it is 6%
+    (a wide MLP), the last."""
+    from autotune.plan import Attempts, rank
+
+    def order(stages):
+        v = diagnose(_stages_summary(stages), "cpu")
+        return [c.recipe.name for c in rank(load_recipes(), v, "cpu", FACTS, Attempts(), margin=1.03)]
+
+    heavy = order({"forward": 0.2, "backward": 0.25, "optimizer": 0.55})
+    light = order({"forward": 0.34, "backward": 0.6, "optimizer": 0.06})
+    assert heavy[0] == "optimizer-impl", heavy
+    assert light[-1] == "optimizer-impl" and set(light) == set(heavy), light
