@@ -30,6 +30,9 @@ from .search import GRID_LIMIT, RecipeSearch, best_of, stored_summary, trial_rec
 
 REVISIT_TRIALS = 3  # fewest trials of a recipe's second round
 GROW_STEPS = 3  # most times a range grows in one round
+# Trials of a round whose prior gain is under twice the margin's gain (a 5% data wait: at
+# most 1.05x, where true gains of 1.05-1.06x failed confirmation under a 1.03 margin).
+SHORT_LOOK = 2
 
 
 @dataclass
@@ -46,7 +49,10 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
 
     A revisit (the recipe's class became the step's cost again after another change) gets
     half the recipe's trials, at least `REVISIT_TRIALS`: its first search already ranked
-    the space, and the change that moved the step is what a second look can find."""
+    the space, and the change that moved the step is what a second look can find. A recipe
+    whose prior gain is under twice the margin's gets `SHORT_LOOK` trials (what it could
+    find, the comparisons could barely confirm), and the rest of its trials only when one of
+    those reads a gain beyond the noise band."""
     runner = ctx.runner
     # The incumbent is part of the round's identity: a resumed run that reaches this round
     # from another config searches a study of its own (Optuna's spaces cannot change).
@@ -55,15 +61,17 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
                          state)  # one rank's batch
     est = ctx.estimate(state.config) if state.feasible else None  # the run's pooled readings of the incumbent
     n = min(max(REVISIT_TRIALS, recipe.trials // 2) if revisit else recipe.trials, trials_left)
+    # At best a gain the comparisons can barely confirm: a short look, unless it reads a clear gain.
+    look = min(n, SHORT_LOOK) if expected < 1 + 2 * (ctx.margin - 1) else n
     on_trial = lambda t: ctx.events.trial(trial_record(t))  # noqa: E731
     lead = next(iter(space), None)
     probed = None
     if est is not None and not recipe.each_knob_first and len(space) > 1 and len(ints(space[lead])) > 2 and \
             math.prod(len(v) for v in space.values()) > GRID_LIMIT:
-        ctx.events.recipe(round_no, recipe.name, n)
+        ctx.events.recipe(round_no, recipe.name, look)
         climb = next(((k.key, [v for v in k.choices if v in space[k.key]]) for k in recipe.knobs
                       if k.climb_with and k.key in space and not isinstance(k.choices, str)), None)
-        searches, ran, skipped = staged(ctx, name, space, state, est, n, deadline, on_trial, climb)
+        searches, ran, skipped = staged(ctx, name, space, state, est, look, deadline, on_trial, climb)
     else:
         search = RecipeSearch(ctx.storage, name, space, state.config, runner, ctx.constraints, ctx.seed,
                               each_knob_first=recipe.each_knob_first, pool=ctx.pool,
@@ -84,7 +92,10 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
                 if first and first[0].value < est / ctx.band:
                     probed = first[0]
             if probed is None:
-                ran += search.run(n, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
+                ran += search.run(look, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
+                top = search.ranked()
+                if look < n and est is not None and top and top[0].value > est * ctx.band:  # the prior was wrong
+                    ran += search.run(n, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
         skipped = search.skipped
     used = sum(len(s.finished()) for s in searches)
     grown = _grow(ctx, name, recipe, target, state, est, searches, trials_left - used, deadline)

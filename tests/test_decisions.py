@@ -539,3 +539,16 @@ def test_a_fused_optimizer_ranks_by_the_optimizer_steps_own_share():
     light = order({"forward": 0.34, "backward": 0.6, "optimizer": 0.06})
     assert heavy[0] == "optimizer-impl", heavy
     assert light[-1] == "optimizer-impl" and set(light) == set(heavy), light
+
+
+def test_a_waste_that_could_gain_barely_more_than_the_margin_gets_a_short_look(tmp_path):
+    """A 5.5% data wait: removing all of it gains at most 1.06x, twice the 3% floor at best;
+    the loader gets two trials, not a whole ladder (a ladder at two thread counts took 5)."""
+
+    def speed(c):
+        return 100.0 * (0.9 if c.data.num_workers else 1.0)
+
+    stages = {"data": 0.055, "forward": 0.4, "backward": 0.4, "optimizer": 0.145}
+    r = run_agent(FakeRunner(speed, noise=0.005, stages=lambda c: stages), tmp_path, only=("dataloader",))
+    assert r.steps and r.steps[0].recipe == "dataloader"
+    assert len(r.steps[0].trials) <= 2, [t.config for t in r.steps[0].trials]
