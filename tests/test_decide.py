@@ -164,3 +164,15 @@ def test_fresh_pairs_that_clear_while_all_pairs_do_not_get_a_third_look():
     step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 108.0)], ctx, state)
     assert script.kinds() == ["accept", "confirm", "confirm2"]
     assert step.accepted, step.reason
+
+
+def test_over_the_memory_limit_the_two_fastest_fits_are_dueled_and_the_faster_is_kept():
+    script = Script(duel=CLEAR, accept=[NOTHING])
+    ctx, runner, state = setup(script)
+    state = State(state.config, state.summary, state.verdict, False)  # the incumbent does not fit
+    lucky = candidate(runner, {"memory.micro_batch_size": 512, "memory.activation_checkpointing": True}, 112.0)
+    faster = candidate(runner, {"memory.activation_checkpointing": True}, 109.0)
+    step, after = run(script, [lucky, faster], ctx, state)
+    assert script.kinds() == ["duel", "accept"]  # fitting is the gain: no fresh evidence is asked
+    assert step.accepted and after.config.memory.micro_batch_size is None
+    assert after.config.memory.activation_checkpointing is True
