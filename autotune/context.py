@@ -10,13 +10,15 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import optuna
+
 from .config import TrainConfig
 from .events import Listener
 from .record import Comparison, Summary, Verdict
 from .runner import TrialRunner
 from .search import Constraints, identity
 
-__all__ = ["Context", "State", "digest", "key"]
+__all__ = ["Context", "State", "changes_text", "digest", "key"]
 
 
 @dataclass
@@ -68,6 +70,11 @@ class Context:
 def key(config: dict[str, Any]) -> str:
     """A config's meaning (defaults and normalisation applied): readings of one key pool."""
     return identity(TrainConfig().with_changes(config))
+
+
+def changes_text(t: optuna.trial.FrozenTrial) -> str:
+    """A trial's changes (against its round's config) for a reason text."""
+    return ", ".join(f"{k}={v}" for k, v in (t.user_attrs.get("changes") or {}).items()) or "unchanged"
 
 
 def digest(config: dict[str, Any]) -> str:

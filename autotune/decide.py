@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 
 from .config import TrainConfig
-from .context import Context, State, digest, key
+from .context import Context, State, changes_text, digest, key
 from .diagnose import diagnose
 from .recipes import Recipe
 from .record import Brief, Comparison, Step, Summary
@@ -68,7 +68,7 @@ def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ra
         step.changes, step.after, step.after_config = normalized(state.config, {}).diff(cand), Brief.of(summary), cand.flat()
         first, fresh = _settle(ctx, name, recipe, state, cand)
         _verdict(step, first, fresh, state, summary, ctx, best.value)
-        if chosen and i == 0 and step.reason:
+        if chosen:  # the duel's winner, alone
             step.reason += chosen
         ctx.events.decision(recipe.name, step.accepted, step.reason or "")
         if step.accepted:
@@ -94,9 +94,8 @@ def _duel(ctx: Context, name: str, recipe: Recipe, cands: list) -> tuple[list, s
         order, lost, ratio = [cands[1], cands[0], *cands[2:]], cands[0], 1.0 / sp.ratio
     else:
         order, lost, ratio = list(cands), cands[1], sp.ratio
-    what = ", ".join(f"{k}={v}" for k, v in (lost.user_attrs.get("changes") or {}).items()) or "unchanged"
-    return order, (f"; offered before the other candidate ({what}), which read within the noise of it in the search "
-                 f"and measured {ratio:.2f}x of it side by side")
+    return order, (f"; offered before the other candidate ({changes_text(lost)}), which read within the noise of "
+                   f"it in the search and measured {ratio:.2f}x of it side by side")
 
 
 def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainConfig) -> tuple[Comparison, Comparison | None]:

@@ -185,9 +185,7 @@ class _Rules:
 
     def compute(self) -> Waste:
         share = sum(self.shares.get(k, 0.0) for k in COMPUTE_STAGES)
-        stages = {k: round(self.shares.get(k, 0.0), 4) for k in COMPUTE_STAGES}
-        return Waste(cls=Bottleneck.COMPUTE, share=share, max_gain=None,
-                     evidence={"compute_share": round(share, 4), "stage_shares": stages},
+        return Waste(cls=Bottleneck.COMPUTE, share=share, max_gain=None, evidence={"compute_share": round(share, 4)},
                      reason=f"the model's own work ({', '.join(COMPUTE_STAGES)}) is {share:.0%} of the step")
 
 

@@ -75,13 +75,13 @@ class Attempts:
         return False
 
 
-def expected_gain(recipe: Recipe, waste: Waste) -> float:
+def expected_gain(recipe: Recipe, waste: Waste, stages: dict[str, float] | None = None) -> float:
     """The prior gain of `recipe` on one waste, bounded by the waste's measured share (for
-    a recipe that acts on one compute stage, that stage's share: Amdahl)."""
+    a recipe that acts on one compute stage, that stage's share in `stages`: Amdahl)."""
     if waste.cls is Bottleneck.COMPUTE:
         share = waste.share
         if recipe.stage is not None:
-            share = (waste.evidence.get("stage_shares") or {}).get(recipe.stage, share)
+            share = (stages or {}).get(recipe.stage, share)
         return 1.0 / (1.0 - share * (1.0 - 1.0 / recipe.compute_speedup))
     if waste.cls is Bottleneck.MEMORY:
         return math.inf if waste.share >= 1.0 else 1.0  # not fitting outranks any speed
@@ -99,7 +99,7 @@ def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, 
         for w in verdict.wastes:
             if w.cls not in r.targets or not (material(w, margin) or w.cls is Bottleneck.COMPUTE):
                 continue
-            g = expected_gain(r, w)
+            g = expected_gain(r, w, verdict.evidence.get("stage_shares"))
             if g <= 1.0:
                 continue  # the prior says it does nothing to this waste
             score = math.inf if math.isinf(g) else math.log(g) / max(r.cost, 1)

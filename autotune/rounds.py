@@ -20,7 +20,7 @@ import optuna
 
 from . import machine
 from .config import TrainConfig
-from .context import Context, State, digest, key
+from .context import Context, State, changes_text, digest, key
 from .decide import decide
 from .diagnose import diagnose, material
 from .ladder import ints, staged
@@ -119,7 +119,7 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
             ranked.append(t)
     state = decide(ctx, name, recipe, step, state, ranked, deadline)
     if probed is not None and not step.accepted:
-        step.reason = (f"its most promising config ({_changes(probed)}) measured {probed.value / est:.2f}x the "
+        step.reason = (f"its most promising config ({changes_text(probed)}) measured {probed.value / est:.2f}x the "
                        f"current config's pooled estimate, below the noise band (1/{ctx.band:.2f}): the rest of its "
                        f"space was not searched")
     return Outcome(step, state, ran, skipped)
@@ -135,10 +135,6 @@ def _within_host(recipe: Recipe, space: dict[str, list], state: State) -> dict[s
             kept = [v for v in out[k.key] if not isinstance(v, int) or isinstance(v, bool) or v <= limit]
             out[k.key] = kept or out[k.key][:1]
     return out
-
-
-def _changes(t: optuna.trial.FrozenTrial) -> str:
-    return ", ".join(f"{k}={v}" for k, v in (t.user_attrs.get("changes") or {}).items()) or "unchanged"
 
 
 def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: State, est: float | None,
