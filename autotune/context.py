@@ -1,11 +1,19 @@
 """What every round of a run shares: the incumbent's state, where trials go, how configs
 are measured and compared, the noise, and every reading of every config so far (pooled
 into one estimate per config, so no single lucky reading decides).
+
+The noise band a single search reading is judged by is the run's own: how far apart
+unpaired readings of one config fall here (a trial; one side of a comparison, taken at
+another time). The A/A's paired interval is its floor, but pairing cancels the drift
+that separates two readings taken minutes apart: overhead_bound's 1 thread read 0.96x of
+the incumbent's pooled estimate in its search, under the A/A's 1/1.03, and was never
+compared, though it is ~1.1x side by side.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -19,6 +27,10 @@ from .runner import TrialRunner
 from .search import Constraints, identity
 
 __all__ = ["Context", "State", "changes_text", "digest", "key"]
+
+SPREAD_Z = 2.0  # two single readings apart beyond z standard deviations of their difference: not noise
+SPREAD_DOF = 3  # fewest degrees of freedom (readings beyond the first of each config) to trust the spread
+BAND_CAP = 1.5  # a machine this noisy is said to be so by the A/A; the band never hides a 1.5x loss
 
 
 @dataclass
@@ -39,7 +51,7 @@ class Context:
     constraints: Constraints
     seed: int
     margin: float
-    band: float  # a single reading within this factor of the incumbent's is "within noise"
+    aa_band: float  # the A/A's paired interval width (never below the margin): the band's floor
     compare: Callable[[str, TrainConfig, TrainConfig, str], Comparison]
     events: Listener
     readings: dict[str, list[float]] = field(default_factory=dict)  # config key -> every single reading
@@ -54,10 +66,37 @@ class Context:
             self.walls.append(wall)
 
     def note_pairs(self, a: TrainConfig, b: TrainConfig, sp: Comparison) -> None:
-        """A side-by-side comparison's windows as one reading of each config."""
-        if sp.measured and sp.a and sp.b:
-            self.note(a.flat(), statistics.fmean(sp.a))
-            self.note(b.flat(), statistics.fmean(sp.b))
+        """A side-by-side comparison's windows as one reading of each config (an A/A's as
+        one: its sides were taken together, so they are one occasion, not two)."""
+        if not (sp.measured and sp.a and sp.b):
+            return
+        if key(a.flat()) == key(b.flat()):
+            self.note(a.flat(), statistics.fmean(sp.a + sp.b))
+            return
+        self.note(a.flat(), statistics.fmean(sp.a))
+        self.note(b.flat(), statistics.fmean(sp.b))
+
+    def spread(self) -> float | None:
+        """The standard deviation of one reading's log around its config's mean, pooled
+        over every config read more than once; None until `SPREAD_DOF` readings say it."""
+        ss, dof = 0.0, 0
+        for values in self.readings.values():
+            logs = [math.log(v) for v in values if v > 0]
+            if len(logs) > 1:
+                mean = statistics.fmean(logs)
+                ss += sum((x - mean) ** 2 for x in logs)
+                dof += len(logs) - 1
+        return math.sqrt(ss / dof) if dof >= SPREAD_DOF else None
+
+    @property
+    def band(self) -> float:
+        """A single reading within this factor of another config's (or of a pooled
+        estimate) is "within noise": `SPREAD_Z` deviations of the difference of two
+        readings, never below the A/A's band, never above `BAND_CAP` unless the A/A is."""
+        s = self.spread()
+        if s is None:
+            return self.aa_band
+        return max(self.aa_band, min(BAND_CAP, math.exp(SPREAD_Z * s * math.sqrt(2))))
 
     def estimate(self, config: TrainConfig) -> float | None:
         values = self.readings.get(key(config.flat()))

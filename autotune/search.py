@@ -292,9 +292,9 @@ class RecipeSearch:
         """Feasible trials, fastest first, one per config (the first measured of repeats)."""
         seen, out = set(), []
         ok = [t for t in self.study.trials if t.state == optuna.trial.TrialState.COMPLETE and self.comparable(t)]
-        for t in sorted(ok, key=lambda t: (-t.value, t.number)):
-            key = tuple(sorted((t.user_attrs.get("config") or {}).items(), key=lambda kv: kv[0]))
+        for t in sorted(ok, key=lambda t: t.number):  # the first reading, not the luckiest of repeats
+            key = identity(TrainConfig().with_changes(t.user_attrs.get("config") or {}))
             if key not in seen:
                 seen.add(key)
                 out.append(t)
-        return out
+        return sorted(out, key=lambda t: (-t.value, t.number))

@@ -47,7 +47,7 @@ class Script:
 def setup(script: Script, margin: float = 1.03, band: float = 1.08):
     runner = FakeRunner(lambda c: 100.0)
     ctx = Context(storage=None, study="s", runner=runner, constraints=Constraints(None, [1.0, 0.9]), seed=0,
-                  margin=margin, band=band, compare=script, events=Silent())
+                  margin=margin, aa_band=band, compare=script, events=Silent())
     base = TrainConfig()
     summary = runner.open(base).summary()
     ctx.note(base.flat(), 100.0)
@@ -176,3 +176,41 @@ def test_over_the_memory_limit_the_two_fastest_fits_are_dueled_and_the_faster_is
     assert script.kinds() == ["duel", "accept"]  # fitting is the gain: no fresh evidence is asked
     assert step.accepted and after.config.memory.micro_batch_size is None
     assert after.config.memory.activation_checkpointing is True
+
+
+def test_the_noise_band_is_the_spread_of_the_runs_own_unpaired_readings():
+    """Readings of one config taken at different times spread more than an A/A's paired
+    windows: the band widens to say so (and stays the A/A's until the run has readings)."""
+    ctx, runner, state = setup(Script(), band=1.03)
+    assert ctx.band == 1.03  # one reading so far: no spread
+    fused = TrainConfig().with_changes({"optimizer.impl": "fused"})
+    for v in (92.0, 106.0):
+        ctx.note(TrainConfig().flat(), v)
+    for v in (120.0, 108.0):
+        ctx.note(fused.flat(), v)
+    assert ctx.spread() is not None and 1.10 < ctx.band < 1.5
+    for _ in range(50):  # a flood of wild readings: capped
+        ctx.note(fused.flat(), 60.0)
+        ctx.note(fused.flat(), 160.0)
+    assert ctx.band == 1.5
+
+
+def test_an_a_a_is_one_reading_of_the_baseline_not_two():
+    ctx, runner, state = setup(Script())
+    aa = Comparison(**paired_ratio(INCUMBENT, NOTHING), a=INCUMBENT, b=NOTHING)
+    ctx.note_pairs(state.config, state.config, aa)
+    assert len(ctx.readings[next(iter(ctx.readings))]) == 2  # the baseline's trial and the A/A
+
+
+def test_a_candidate_below_the_a_a_band_but_within_the_runs_spread_is_compared():
+    """overhead_bound's 1 thread read 0.96x of the incumbent's pooled estimate, under the
+    A/A's 1/1.03; the run's own readings of one config spread 5-10%: it is compared, and kept."""
+    script = Script(accept=CLEAR, confirm=CLEAR)
+    ctx, runner, state = setup(script, band=1.03)
+    for v in (108.0, 95.0, 103.0):
+        ctx.note(state.config.flat(), v)
+    est = ctx.estimate(state.config)
+    assert 96.0 / est < 1 / 1.03 and ctx.band > 1.05  # the premise: dropped by the A/A's band alone
+    step, after = run(script, [candidate(runner, {"backend.num_threads": 1}, 96.0)], ctx, state)
+    assert script.kinds() == ["accept", "confirm"]
+    assert step.accepted and after.config.backend.num_threads == 1
