@@ -79,6 +79,13 @@ class Context:
     def spread(self) -> float | None:
         """The standard deviation of one reading's log around its config's mean, pooled
         over every config read more than once; None until `SPREAD_DOF` readings say it."""
+        ss, dof = self._squares()
+        return math.sqrt(ss / dof) if dof >= SPREAD_DOF else None
+
+    def spread_dof(self) -> int:
+        return self._squares()[1]
+
+    def _squares(self) -> tuple[float, int]:
         ss, dof = 0.0, 0
         for values in self.readings.values():
             logs = [math.log(v) for v in values if v > 0]
@@ -86,7 +93,7 @@ class Context:
                 mean = statistics.fmean(logs)
                 ss += sum((x - mean) ** 2 for x in logs)
                 dof += len(logs) - 1
-        return math.sqrt(ss / dof) if dof >= SPREAD_DOF else None
+        return ss, dof
 
     @property
     def band(self) -> float:

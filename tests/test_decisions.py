@@ -552,3 +552,13 @@ def test_a_waste_that_could_gain_barely_more_than_the_margin_gets_a_short_look(t
     r = run_agent(FakeRunner(speed, noise=0.005, stages=lambda c: stages), tmp_path, only=("dataloader",))
     assert r.steps and r.steps[0].recipe == "dataloader"
     assert len(r.steps[0].trials) <= 2, [t.config for t in r.steps[0].trials]
+
+
+def test_the_report_says_which_band_judged_single_readings(tmp_path):
+    """A machine that drifts: paired windows cancel it (a narrow A/A), readings of one config
+    taken minutes apart do not; the band the run ended with is the wider, and said so."""
+    runner = FakeRunner(_speed, noise=0.005, drift=-0.002, seed=3)
+    r = run_agent(runner, tmp_path, only=("compile", "optimizer-impl"))
+    aa_width = max(r.noise.margin, r.noise.high / r.noise.low)
+    assert r.noise.band_dof >= 3 and aa_width * 1.01 < r.noise.band < 1.5
+    assert "spread of this run's unpaired readings" in noise_text(r)

@@ -223,8 +223,14 @@ def noise_text(report: Report) -> str:
         which = "the median one" if len(n.readings) == 3 else "the first (a repeat failed)"
         again = (f" The first A/A was implausible for identical configs, so it was measured {len(n.readings)} "
                  f"times ({all_}) and {which} sets the margin.")
+    band = ""
+    if number(n.band) is not None:
+        whence = (f"the spread of this run's unpaired readings of one config: {n.band_dof} repeats, taken apart in time"
+                  if n.band_dof else "the A/A's width")
+        band = (f" A search's single reading within {fmt_ratio(n.band)} of the current config's was not taken as "
+                f"slower or faster without a side-by-side comparison ({whence}).")
     return (f"Re-measuring the unchanged baseline (A/A, {n.pairs} interleaved pairs) gave "
-            f"{fmt_ratio(n.ratio)} (CI {fmt_ci(n.low, n.high)}){margin}.{again}")
+            f"{fmt_ratio(n.ratio)} (CI {fmt_ci(n.low, n.high)}){margin}.{again}{band}")
 
 
 def budget_text(report: Report) -> str:
