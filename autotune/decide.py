@@ -12,14 +12,17 @@ change. Under a memory limit the same duel picks the fastest of the configs that
 alone beat 1.17x side by side in the benchmark).
 
 A gain stands only on fresh evidence. A first comparison whose ratio clears the margin
-nominates the candidate; a second comparison must then clear the margin on its own, and
+nominates the candidate (so does one that points the same way as a search reading of a
+clear gain without settling it); a second comparison must then clear the margin on its own, and
 all the pairs together must too. A run compares many candidates, so one 95% interval
-alone would let chance through somewhere in it (a placebo run did). When the second is
-promising but the decision is not yet shown (its ratio clears the margin; its interval, or
-that of all pairs, does not), a third is taken and the second and third are judged
-together as the fresh pairs: a real gain at the margin's edge
-(1.05-1.2x where windows vary by 5-10%) is not lost to one comparison's spread, while a
-placebo must still clear the margin in ten fresh pairs.
+alone would let chance through somewhere in it (a placebo run did). While the fresh
+pairs are promising but the decision is not yet shown (their ratio clears the margin;
+their interval, or that of all pairs, does not), another comparison is taken, up to
+`FRESH_LOOKS`, and all the fresh ones are judged together: a real gain at the margin's
+edge (1.05-1.2x where windows vary by 5-10%) is not lost to one comparison's spread, while
+a placebo must still clear the margin in the fresh pairs alone. On `FakeRunner` with 5%
+window noise, a 1.10x gain was kept in 28 of 40 runs with up to three fresh looks (23 with
+two), a 1.06x in 13 of 60 (7 before either); no placebo was kept in 600 steps, as before.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from .stats import paired_ratio
 __all__ = ["CANDIDATES", "decide", "pooled"]
 
 CANDIDATES = 2  # most candidates compared with the incumbent per round
+FRESH_LOOKS = 3  # most fresh comparisons (5 pairs each) while a gain stays promising but unshown
 
 
 def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ranked: list,
@@ -66,7 +70,8 @@ def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ra
         cand = TrainConfig().with_changes(best.user_attrs["config"])
         summary = stored_summary(best)
         step.changes, step.after, step.after_config = normalized(state.config, {}).diff(cand), Brief.of(summary), cand.flat()
-        first, fresh = _settle(ctx, name, recipe, state, cand)
+        est = ctx.estimate(state.config) if state.feasible else None
+        first, fresh = _settle(ctx, name, recipe, state, cand, best.value / est if est else None)
         _verdict(step, first, fresh, state, summary, ctx, best.value)
         if chosen:  # the duel's winner, alone
             step.reason += chosen
@@ -98,8 +103,9 @@ def _duel(ctx: Context, name: str, recipe: Recipe, cands: list) -> tuple[list, s
                    f"it in the search and measured {ratio:.2f}x of it side by side")
 
 
-def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainConfig) -> tuple[Comparison, Comparison | None]:
-    """The first comparison with the incumbent and, when its ratio clears the margin, the
+def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainConfig,
+            searched: float | None) -> tuple[Comparison, Comparison | None]:
+    """The first comparison with the incumbent and, when it nominates the candidate, the
     fresh evidence that decides (one comparison, or two pooled when the first of them is
     promising, its ratio above the margin, but the fresh pairs or all pairs do not clear
     it yet). Decisions are stored under the candidate's keys."""
@@ -107,15 +113,29 @@ def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainCo
     what = f"{recipe.name} against current"
     first = ctx.compare(f"{name}:accept:{tag}", state.config, cand, what)
     ctx.note_pairs(state.config, cand, first)
-    if not (state.feasible and first.measured and first.ratio > ctx.margin):
+    if not (state.feasible and first.measured and _nominates(first, searched, ctx.margin)):
         return first, None
     fresh = ctx.compare(f"{name}:confirm:{tag}", state.config, cand, f"{what}, again")
     ctx.note_pairs(state.config, cand, fresh)
-    if fresh.measured and fresh.ratio > ctx.margin and not _clears(pooled(first, fresh), fresh, ctx.margin):
-        more = ctx.compare(f"{name}:confirm2:{tag}", state.config, cand, f"{what}, a third time")
+    for look in range(2, FRESH_LOOKS + 1):
+        if not (fresh.measured and fresh.ratio > ctx.margin) or _clears(pooled(first, fresh), fresh, ctx.margin):
+            break
+        more = ctx.compare(f"{name}:confirm{look}:{tag}", state.config, cand, f"{what}, look {look + 1}")
         ctx.note_pairs(state.config, cand, more)
         fresh = pooled(fresh, more)
     return first, fresh
+
+
+def _nominates(first: Comparison, searched: float | None, margin: float) -> bool:
+    """Whether the first comparison earns fresh evidence: its ratio clears the margin; or
+    the search read a gain beyond the margin (`searched`: the candidate's reading over the
+    incumbent's estimate) and the comparison neither contradicts it nor settles it (its
+    ratio above 1, its interval reaching past the margin). Five pairs on a noisy machine
+    span +-7%: compute_bound's fused AdamW (1.14x side by side in the benchmark's judge)
+    read 1.03x [0.96, 1.10] once and was dropped. The fresh pairs still decide alone."""
+    if first.ratio > margin:
+        return True
+    return searched is not None and searched > margin and first.ratio > 1.0 and first.high > margin
 
 
 def _clears(every: Comparison, fresh: Comparison, margin: float) -> bool:
