@@ -172,7 +172,8 @@ class Agent:
             state = self._rounds(ctx, state, deadline)
         finally:  # an interrupted run's report says how long it ran too, and its band
             r.budget.wall_s = time.time() - t_start
-            r.noise.band, r.noise.band_dof = ctx.band, (ctx.spread_dof() if ctx.spread() is not None else 0)
+            by_spread = ctx.band > ctx.aa_band  # else the A/A's width decided (a wide A/A beats the cap)
+            r.noise.band, r.noise.band_dof = ctx.band, ctx.spread_dof() if by_spread else 0
         if state.config != base_cfg:
             self.events.phase("final against baseline")
             sp = self._compare(f"final:{state.config.short()}", base_cfg, state.config, "final against baseline")

@@ -106,9 +106,9 @@ def _duel(ctx: Context, name: str, recipe: Recipe, cands: list) -> tuple[list, s
 def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainConfig,
             searched: float | None) -> tuple[Comparison, Comparison | None]:
     """The first comparison with the incumbent and, when it nominates the candidate, the
-    fresh evidence that decides (one comparison, or two pooled when the first of them is
-    promising, its ratio above the margin, but the fresh pairs or all pairs do not clear
-    it yet). Decisions are stored under the candidate's keys."""
+    fresh evidence that decides (one comparison, or up to `FRESH_LOOKS` pooled while the
+    fresh pairs are promising, their ratio above the margin, but they or all pairs do not
+    clear it yet). Decisions are stored under the candidate's keys."""
     tag = digest(cand.flat())
     what = f"{recipe.name} against current"
     first = ctx.compare(f"{name}:accept:{tag}", state.config, cand, what)

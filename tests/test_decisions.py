@@ -562,3 +562,12 @@ def test_the_report_says_which_band_judged_single_readings(tmp_path):
     aa_width = max(r.noise.margin, r.noise.high / r.noise.low)
     assert r.noise.band_dof >= 3 and aa_width * 1.01 < r.noise.band < 1.5
     assert "spread of this run's unpaired readings" in noise_text(r)
+
+
+def test_a_band_set_by_a_wide_aa_is_said_to_be_the_aas(tmp_path):
+    """Under load the A/A alone can be wider than the spread's cap: the report must not
+    credit the run's readings with it."""
+    runner = _DisturbedAA(_speed, noise=0.01, disturbed=3, factor=1.8)
+    r = run_agent(runner, tmp_path, only=("compile",))
+    assert r.noise.band >= r.noise.margin > 1.5 and r.noise.band_dof == 0
+    assert "(the A/A's width)" in noise_text(r)
