@@ -7,8 +7,10 @@ return; nothing below imports it.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -341,6 +343,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID`: every thread's stack on stderr (where is it stuck?)
+        try:
+            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
+        except (AttributeError, ValueError, OSError):  # no real stderr to write to
+            pass
     args = _parser().parse_args(argv)
     try:
         return _COMMANDS[args.command][0](args)

@@ -41,6 +41,8 @@ def _finish(proc: subprocess.Popen, timeout: float = 400) -> tuple[int, str, str
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # its threads' stacks on stderr: where it was stuck
+        time.sleep(2)
         proc.kill()
         try:
             out, err = proc.communicate(timeout=30)
