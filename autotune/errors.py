@@ -73,6 +73,16 @@ class TrialFailed(Exception):
         super().__init__(f"{self.kind.value}: {reason}")
 
 
+class TrialCut(Exception):
+    """A measurement stopped after some of its windows: even its fastest window read below
+    `floor` (samples/s), so the rest could not make it a candidate."""
+
+    def __init__(self, windows: list[float], floor: float, of: int) -> None:
+        self.windows, self.floor, self.of = list(windows), floor, of
+        super().__init__(f"stopped after {len(self.windows)} of {of} windows: {max(self.windows):.1f} samples/s "
+                         f"at best, below {floor:.1f}")
+
+
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 

@@ -72,8 +72,10 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
                 last = s.finished()[-1] if s.finished() else None
                 if last is None or s.skipped or last.user_attrs.get("state") == TrialState.INFEASIBLE.value:
                     break  # out of time, or past the range's end (out of memory, over the limit)
+                if last.user_attrs.get("state") == TrialState.SLOW.value and i > 0:
+                    break  # stopped far below the incumbent: past the peak
                 if last.state != optuna.trial.TrialState.COMPLETE:
-                    continue  # this rung failed (a crash): the next may not
+                    continue  # this rung failed (a crash), or the first dipped: the next may not
                 if last.value < peak / ctx.band and i > 0:
                     break  # slower than the best rung beyond the noise: past the peak (the first
                     # rung may dip: one loader worker is often slower than loading in the step)

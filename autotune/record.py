@@ -38,10 +38,12 @@ class Bottleneck(str, Enum):
 
 
 class TrialState(str, Enum):
-    """How a trial ended: measured and usable, measured but over a limit, or not measured."""
+    """How a trial ended: measured and usable, measured but over a limit, stopped after a
+    window far slower than the current config, or not measured."""
 
     OK = "ok"
     INFEASIBLE = "infeasible"
+    SLOW = "slow"
     FAILED = "failed"
 
 
@@ -210,7 +212,8 @@ class Trial(Record):
 
     number: int
     changes: Changes = Field(default_factory=dict)
-    samples_per_s: float | None = None
+    samples_per_s: float | None = Field(None, description="Its throughput; for a `slow` trial, over the windows "
+                                       "it ran before it was stopped.")
     state: TrialState
     reason: str | None = None
     peak_memory_bytes: int | None = None

@@ -13,6 +13,7 @@ whose most promising config is slower than the incumbent beyond the noise stops 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -25,8 +26,8 @@ from .decide import decide
 from .diagnose import diagnose, material
 from .ladder import ints, staged
 from .recipes import Recipe
-from .record import Bottleneck, Brief, Step
-from .search import GRID_LIMIT, RecipeSearch, best_of, stored_summary, trial_record
+from .record import Bottleneck, Brief, Step, TrialState
+from .search import GRID_LIMIT, SLOW_CUT, RecipeSearch, best_of, stored_summary, trial_record
 
 REVISIT_TRIALS = 3  # fewest trials of a recipe's second round
 GROW_STEPS = 3  # most times a range grows in one round
@@ -60,6 +61,9 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     space = _within_host(recipe, recipe.space(runner.device.type, machine.cores(), runner.workload.rank_batch),
                          state)  # one rank's batch
     est = ctx.estimate(state.config) if state.feasible else None  # the run's pooled readings of the incumbent
+    # A trial far slower than a config that fits is stopped after its first window (under a
+    # limit the incumbent does not fit, and a slow config that fits may be the answer).
+    ctx = dataclasses.replace(ctx, constraints=dataclasses.replace(ctx.constraints, floor=est / SLOW_CUT if est else None))
     n = min(max(REVISIT_TRIALS, recipe.trials // 2) if revisit else recipe.trials, trials_left)
     # At best a gain the comparisons can barely confirm: a short look, unless it reads a clear gain.
     look = min(n, SHORT_LOOK) if expected < 1 + 2 * (ctx.margin - 1) else n
@@ -88,8 +92,8 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
                 # beyond the noise, the rest of its space (the same lever, less likely) is not
                 # tried. (With parallel workers the space is measured at once instead.)
                 ran = search.run(1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
-                first = search.ranked()
-                if first and first[0].value < est / ctx.band:
+                first = search.finished()[:1]
+                if first and reading(first[0]) is not None and reading(first[0]) < est / ctx.band:
                     probed = first[0]
             if probed is None:
                 ran += search.run(look, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
@@ -119,10 +123,17 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
             ranked.append(t)
     state = decide(ctx, name, recipe, step, state, ranked, deadline)
     if probed is not None and not step.accepted:
-        step.reason = (f"its most promising config ({changes_text(probed)}) measured {probed.value / est:.2f}x the "
+        step.reason = (f"its most promising config ({changes_text(probed)}) measured {reading(probed) / est:.2f}x the "
                        f"current config's pooled estimate, below the noise band (1/{ctx.band:.2f}): the rest of its "
                        f"space was not searched")
     return Outcome(step, state, ran, skipped)
+
+
+def reading(t: optuna.trial.FrozenTrial) -> float | None:
+    """A trial's samples/s: measured to the end, or as far as a slow one was (`TrialState.SLOW`)."""
+    if t.state == optuna.trial.TrialState.COMPLETE:
+        return t.value
+    return t.user_attrs.get("samples_per_s") if t.user_attrs.get("state") == TrialState.SLOW.value else None
 
 
 def _within_host(recipe: Recipe, space: dict[str, list], state: State) -> dict[str, list]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -20,7 +21,7 @@ import optuna
 
 from . import machine
 from .config import TrainConfig
-from .errors import ConfigError, TrialFailed
+from .errors import ConfigError, TrialCut, TrialFailed
 from .faults import checkpoint
 from .record import FailureKind, Summary, Trial, TrialState
 from .runner import TrialRunner
@@ -75,10 +76,16 @@ def fits(summary: Summary, memory_limit: int | None) -> bool:
     return not (memory_limit and peak is not None and peak > memory_limit)
 
 
+SLOW_CUT = 3.0  # a trial none of whose windows reaches 1/SLOW_CUT of a fitting incumbent's estimate is stopped
+
+
 @dataclass
 class Constraints:
     memory_limit: int | None
     reference_losses: list[float]
+    # samples/s a trial must show in some window to be measured to the end (`Runner.measure`):
+    # a round sets it to a fraction of a config that fits (`SLOW_CUT`); none: every window.
+    floor: float | None = None
 
     def check(self, summary: Summary) -> str | None:
         if not fits(summary, self.memory_limit):
@@ -98,7 +105,7 @@ def trial_record(t: optuna.trial.FrozenTrial) -> Trial:
     return Trial(
         number=t.number,
         changes=t.user_attrs.get("changes", {}),
-        samples_per_s=t.value if complete else None,
+        samples_per_s=t.value if complete else t.user_attrs.get("samples_per_s"),
         state=TrialState(t.user_attrs.get("state", TrialState.OK if complete else TrialState.FAILED)),
         reason=t.user_attrs.get("reason"),
         peak_memory_bytes=summary.peak_memory_bytes if summary else None,
@@ -187,7 +194,7 @@ class RecipeSearch:
         if sampler is not None:
             return  # attached by a worker: the coordinator enqueues
         self.study.set_user_attr(self.KEY, {"space": self.space, "incumbent": incumbent.flat(), "seed": seed,
-                                            "memory_limit": constraints.memory_limit,
+                                            "memory_limit": constraints.memory_limit, "floor": constraints.floor,
                                             "reference_losses": constraints.reference_losses,
                                             "incumbent_known": incumbent_known,
                                             "changes_from": self.changes_from.flat()})
@@ -201,7 +208,7 @@ class RecipeSearch:
         stored = optuna.load_study(study_name=name, storage=storage).user_attrs[cls.KEY]
         incumbent = TrainConfig().with_changes(stored["incumbent"])
         return cls(storage, name, stored["space"], incumbent, runner,
-                   Constraints(stored["memory_limit"], stored["reference_losses"]), stored["seed"], sampler=sampler,
+                   Constraints(stored["memory_limit"], stored["reference_losses"], stored.get("floor")), stored["seed"], sampler=sampler,
                    incumbent_known=stored.get("incumbent_known", False),
                    changes_from=TrainConfig().with_changes(stored["changes_from"]) if "changes_from" in stored else None)
 
@@ -231,7 +238,7 @@ class RecipeSearch:
         trial.set_user_attr("worker", self.me.model_dump(mode="json"))
         for t in self.finished():  # the same config again (normalisation, TPE repeats): reuse it
             if t.user_attrs.get("config") == config.flat() and t.number != trial.number:
-                for k in ("state", "reason", "summary"):
+                for k in ("state", "reason", "summary", "samples_per_s"):
                     if k in t.user_attrs:
                         trial.set_user_attr(k, t.user_attrs[k])
                 trial.set_user_attr("reused_from", t.number)
@@ -240,7 +247,13 @@ class RecipeSearch:
                 return t.value
         checkpoint("trial")
         try:
-            summary = self.runner.measure(config)
+            summary = self.runner.measure(config, floor=self.constraints.floor)
+        except TrialCut as cut:  # far slower than a config that fits: what it read, not a candidate
+            trial.set_user_attr("state", TrialState.SLOW.value)
+            trial.set_user_attr("samples_per_s", statistics.fmean(cut.windows))
+            trial.set_user_attr("reason", f"{cut} (1/{SLOW_CUT:g} of the current config's estimate): not measured "
+                                          "further")
+            raise optuna.TrialPruned() from None
         except TrialFailed as exc:
             state = TrialState.INFEASIBLE if exc.kind is FailureKind.OOM else TrialState.FAILED  # killed: failed
             trial.set_user_attr("state", state.value)

@@ -119,9 +119,9 @@ class FakeRunner(Runner):
     def open(self, config: TrainConfig, trials: float = 1.0) -> FakeHandle:
         return FakeHandle(self, config)
 
-    def measure(self, config: TrainConfig, trace: str | None = None, on_window=None) -> Summary:
+    def measure(self, config: TrainConfig, trace: str | None = None, on_window=None, floor=None) -> Summary:
         self.measured.append(config.flat())
-        return super().measure(config, trace, on_window)
+        return super().measure(config, trace, on_window, floor)
 
     def interleave(self, a: TrainConfig, b: TrainConfig, pairs: int, on_pair=None) -> tuple[list[float], list[float]]:
         self.interleaved.append((a.flat(), b.flat()))

@@ -106,9 +106,9 @@ class CountingRunner(Runner):
     def reset(self) -> None:
         self.measurements, self.pairs = 0, 0
 
-    def measure(self, config: TrainConfig, trace: str | None = None, on_window=None) -> Summary:
+    def measure(self, config: TrainConfig, trace: str | None = None, on_window=None, floor=None) -> Summary:
         self.measurements += 1
-        return super().measure(config, trace, on_window)
+        return super().measure(config, trace, on_window, floor)
 
     def interleave(self, a: TrainConfig, b: TrainConfig, pairs: int, on_pair=None):
         self.pairs += pairs

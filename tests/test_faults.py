@@ -42,9 +42,9 @@ class Interrupting(FakeRunner):
         if self.calls == self.at:
             raise KeyboardInterrupt
 
-    def measure(self, config, trace=None, on_window=None):
+    def measure(self, config, trace=None, on_window=None, floor=None):
         self._tick()
-        return super().measure(config, trace, on_window)
+        return super().measure(config, trace, on_window, floor)
 
     def interleave(self, a, b, pairs, on_pair=None):
         self._tick()

@@ -234,6 +234,8 @@ def _marker(x: float, y: float, state: str, tip: str) -> str:
     t = f"<title>{e(tip)}</title>"
     if state == "ok":
         return f'<circle cx="{_f(x)}" cy="{_f(y)}" r="5" fill="{OK}" fill-opacity="0.85">{t}</circle>'
+    if state == "slow":  # stopped after a window far below the incumbent: a partial reading
+        return (f'<circle cx="{_f(x)}" cy="{_f(y)}" r="4.5" fill="#fff" stroke="{OK}" stroke-width="2">{t}</circle>')
     if state == "infeasible":
         pts = f"{_f(x)},{_f(y - 6)} {_f(x + 6)},{_f(y)} {_f(x)},{_f(y + 6)} {_f(x - 6)},{_f(y)}"
         return f'<polygon points="{pts}" fill="#fff" stroke="{INFEASIBLE}" stroke-width="2">{t}</polygon>'
@@ -262,7 +264,8 @@ def _history_points(report: Report) -> tuple[list[tuple[float | None, str, str]]
 
 def _history_legend(left: float) -> list[str]:
     return _legend([(f'<circle cx="6" cy="6" r="5" fill="{OK}"/>', "trial"),
-                    (_marker(6, 6, "infeasible", "infeasible"), "infeasible"), (_marker(6, 6, "failed", "failed"), "failed"),
+                    (_marker(6, 6, "infeasible", "infeasible"), "infeasible"), (_marker(6, 6, "slow", "slow"), "stopped: slow"),
+                    (_marker(6, 6, "failed", "failed"), "failed"),
                     (_line(0, 6, 14, 6, MUTED, 1.5, "5 3"), "baseline"), (_line(0, 6, 14, 6, ACCEPTED, 2, "5 3"), "final")],
                    left, 16)
 
