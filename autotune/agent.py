@@ -157,6 +157,7 @@ class Agent:
         base = self._remember("baseline", Summary, lambda: self._baseline(base_cfg))
         state = self._state(base_cfg, base)
         r.baseline, r.initial_diagnosis = base, state.verdict
+        r.machine.lowp_matmul = self._lowp()
         r.final, r.diagnosis, r.final_config = base, state.verdict, base_cfg.flat()
         self.events.phase("A/A noise")
         aa, measured = self._noise(base_cfg)
@@ -164,7 +165,8 @@ class Agent:
         r.noise = Noise(ratio=aa.ratio, low=aa.low, high=aa.high, pairs=aa.pairs, margin=margin, min_gain=MIN_GAIN,
                         readings=[m.ratio_only() for m in measured] if len(measured) > 1 else [])
         ctx = Context(self.storage, self.study, self.runner, Constraints(self.settings.memory_limit, base.first_losses),
-                      self.settings.seed, margin, _band(aa, margin), self._compare, self.events, pool=self.pool)
+                      self.settings.seed, margin, _band(aa, margin), self._compare, self.events, pool=self.pool,
+                      lowp=r.machine.lowp_matmul)
         ctx.note(base.config, base.samples_per_s, base.wall_s)
         for m in measured:  # each A/A's two sides: more readings of the baseline to pool
             ctx.note_pairs(base_cfg, base_cfg, m)
@@ -198,10 +200,10 @@ class Agent:
 
         while r.stop_reason is None:
             usable = [x for x in self.recipes if new(x, state.config)]
-            choices = rank(usable, state.verdict, device, self.facts, attempts, ctx.margin, s.only)
+            choices = rank(usable, state.verdict, device, self.facts, attempts, ctx.margin, s.only, ctx.lowp)
             reserve = 3 * (ctx.trial_cost() or 0.0)  # a trial, and the final comparison's windows
             if not choices:
-                r.stop_reason = stop_reason(state.verdict, ctx.margin)
+                r.stop_reason = stop_reason(state.verdict, ctx.margin, ctx.lowp)
             elif r.budget.trials_used >= s.trials:
                 r.stop_reason = f"trial budget spent ({r.budget.trials_used} of {s.trials})"
             elif deadline and time.time() + reserve >= deadline:
@@ -243,6 +245,15 @@ class Agent:
                             before=Brief.of(state.summary),
                             reason="the run stopped before this round could compare and decide"))
         r.budget.trials_used += len(trials)
+
+    def _lowp(self) -> dict[str, float]:
+        """The low-precision probe of this machine (`autotune.probe`), stored with the run so
+        a resumed run ranks its recipes as the first did."""
+        ledger = self._ledger()
+        if "lowp_matmul" not in ledger.user_attrs:
+            self.events.phase("low-precision matmul probe")
+            ledger.set_user_attr("lowp_matmul", self.runner.lowp_matmul())
+        return dict(ledger.user_attrs["lowp_matmul"])
 
     def _baseline(self, config: TrainConfig) -> Summary:
         checkpoint("baseline")

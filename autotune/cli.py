@@ -41,6 +41,7 @@ def profile(args: argparse.Namespace) -> int:
     from .loop import resolve_device
     from .measure import measure
     from .agent import MIN_GAIN
+    from . import probe
     from .plan import Attempts, rank
     from .recipes import load_recipes
     from .report import terminal
@@ -64,14 +65,15 @@ def profile(args: argparse.Namespace) -> int:
     verdict = diagnose(summary, device.type, limit)
     found = facts(workload)
     # What `autotune tune` would try first, by expected gain per cost (no A/A here: the bar is MIN_GAIN).
-    fits = [c.recipe for c in rank(recipes, verdict, device.type, found, Attempts(), 1 + MIN_GAIN)]
+    lowp = probe.lowp_matmul(device)
+    fits = [c.recipe for c in rank(recipes, verdict, device.type, found, Attempts(), 1 + MIN_GAIN, lowp=lowp)]
     terminal.print_profile(workload.name, device.type, workload.batch_size, summary, verdict, fits, found,
                            ADVICE.get(verdict.bottleneck, "see the evidence above."))
     if json_path:
         doc = {
             "workload": workload.name, "device": device.type, "protocol": protocol.describe().model_dump(mode="json"),
             "measurement": summary.model_dump(mode="json"), "diagnosis": verdict.model_dump(mode="json"),
-            "memory_limit_bytes": limit, "recipes": [r.name for r in fits],
+            "memory_limit_bytes": limit, "recipes": [r.name for r in fits], "lowp_matmul": lowp,
         }
         write_text(json_path, json.dumps(doc, indent=2))
         terminal.console.print(f"wrote {terminal.escape(str(json_path))}")

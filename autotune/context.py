@@ -58,6 +58,7 @@ class Context:
     walls: list[float] = field(default_factory=list)  # wall time of every measurement (for budgets)
     pool: Any = None  # an `autotune.pool.Dispatcher` when workers measure the trials
     live: list = field(default_factory=list)  # the round in progress' searches (an interrupted run reports them)
+    lowp: dict[str, float] = field(default_factory=dict)  # the low-precision probe (`autotune.probe`)
 
     def note(self, config: dict[str, Any], value: float | None, wall: float | None = None) -> None:
         if value is not None:

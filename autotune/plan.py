@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from . import probe
 from .diagnose import ADVICE, material
 from .recipes import Knob, Recipe
 from .record import Bottleneck, Step, Verdict, Waste
@@ -75,22 +76,29 @@ class Attempts:
         return False
 
 
-def expected_gain(recipe: Recipe, waste: Waste, stages: dict[str, float] | None = None) -> float:
+def expected_gain(recipe: Recipe, waste: Waste, stages: dict[str, float] | None = None,
+                  lowp: dict[str, float] | None = None) -> float:
     """The prior gain of `recipe` on one waste, bounded by the waste's measured share (for
-    a recipe that acts on one compute stage, that stage's share in `stages`: Amdahl)."""
+    a recipe that acts on one compute stage, that stage's share in `stages`: Amdahl). A
+    recipe that searches autocast's precision takes its compute speedup from the probe of
+    this machine's matmuls (`lowp`, `autotune.probe`) where there is one."""
     if waste.cls is Bottleneck.COMPUTE:
         share = waste.share
         if recipe.stage is not None:
             share = (stages or {}).get(recipe.stage, share)
-        return 1.0 / (1.0 - share * (1.0 - 1.0 / recipe.compute_speedup))
+        speedup = recipe.compute_speedup
+        if lowp and any(k.key == probe.KEY for k in recipe.knobs):
+            speedup = probe.amp_prior(lowp, speedup)
+        return 1.0 / (1.0 - share * (1.0 - 1.0 / speedup))
     if waste.cls is Bottleneck.MEMORY:
         return math.inf if waste.share >= 1.0 else 1.0  # not fitting outranks any speed
     return 1.0 / max(1e-9, 1.0 - recipe.removes * waste.share)
 
 
 def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, bool], attempts: Attempts,
-         margin: float, only: tuple[str, ...] = ()) -> list[Choice]:
-    """Every recipe worth a search now, best expected gain per cost first."""
+         margin: float, only: tuple[str, ...] = (), lowp: dict[str, float] | None = None) -> list[Choice]:
+    """Every recipe worth a search now, best expected gain per cost first (`lowp`: the
+    low-precision probe, which can say that autocast cannot speed up this machine)."""
     out = []
     for r in recipes:
         if (only and r.name not in only) or not r.applies(device, facts)[0] or not attempts.may_try(r, verdict):
@@ -99,7 +107,7 @@ def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, 
         for w in verdict.wastes:
             if w.cls not in r.targets or not (material(w, margin) or w.cls is Bottleneck.COMPUTE):
                 continue
-            g = expected_gain(r, w, verdict.evidence.get("stage_shares"))
+            g = expected_gain(r, w, verdict.evidence.get("stage_shares"), lowp)
             if g <= 1.0:
                 continue  # the prior says it does nothing to this waste
             score = math.inf if math.isinf(g) else math.log(g) / max(r.cost, 1)
@@ -128,14 +136,17 @@ def joint_memory_recipe(choices: list[Choice]) -> Recipe | None:
     )
 
 
-def stop_reason(verdict: Verdict, margin: float) -> str:
+def stop_reason(verdict: Verdict, margin: float, lowp: dict[str, float] | None = None) -> str:
     """Why no recipe is worth trying: what is left, in numbers, and any fix that is code."""
     left = [w for w in verdict.wastes if w.cls is not Bottleneck.COMPUTE]
     if not left or not any(material(w, margin) for w in left):
         rest = "; ".join(f"{w.cls.value} {w.share:.0%} (at most {w.max_gain:.2f}x)" for w in left if w.max_gain)
         below = f" (what is left: {rest}, below the noise margin {margin:.3f})" if rest else ""
+        slow = "" if not lowp or probe.fast(lowp) else (
+            " (autocast does not apply for speed here: this CPU's lower-precision matmuls run at "
+            + ", ".join(f"{k} {v:.2g}x" for k, v in lowp.items()) + " of fp32's)")
         return (f"the slowest stage is acceptable: the step is compute-bound{below}, and every compute recipe that "
-                "applies was tried")
+                f"applies was tried{slow}")
     top = next(w for w in left if material(w, margin))
     advice = ADVICE.get(top.cls)
     return (f"no recipe left for the {top.cls.value} bottleneck ({top.reason})"

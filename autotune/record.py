@@ -273,6 +273,9 @@ class Machine(Record):
     cpu: str
     gpu: str | None = None
     python: str
+    lowp_matmul: dict[str, float] = Field(default_factory=dict, description=(
+        "Each lower precision's matrix-product throughput over fp32's on this CPU (a 512x512 product, best of "
+        "up to 40; empty: not measured, as on CUDA). amp is searched for speed only with a dtype at least 1.5x."))
 
 
 class ProtocolRecord(Record):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import optuna
 
-from . import machine
+from . import machine, probe
 from .config import TrainConfig
 from .context import Context, State, changes_text, digest, key
 from .decide import decide
@@ -60,6 +60,10 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     name = f"{ctx.study}/{round_no:02d}-{recipe.name}-{digest(state.config.flat())}"
     space = _within_host(recipe, recipe.space(runner.device.type, machine.cores(), runner.workload.rank_batch),
                          state)  # one rank's batch
+    if target is not Bottleneck.MEMORY and probe.KEY in space:  # for speed: the precisions this machine has units for
+        units = probe.fast(ctx.lowp)
+        space[probe.KEY] = [v for v in space[probe.KEY] if v in units or v == state.config.get(probe.KEY)] or \
+            space[probe.KEY]
     est = ctx.estimate(state.config) if state.feasible else None  # the run's pooled readings of the incumbent
     # A trial far slower than a config that fits is stopped after its first window (under a
     # limit the incumbent does not fit, and a slow config that fits may be the answer).

@@ -22,6 +22,7 @@ from typing import Protocol as TypingProtocol
 
 import torch
 
+from . import probe
 from .config import TrainConfig
 from .errors import TrialCut, TrialFailed, UserCodeError, UserError
 from .measure import Protocol, Session
@@ -63,6 +64,9 @@ class TrialRunner(TypingProtocol):
 
     def interleave(self, a: TrainConfig, b: TrainConfig, pairs: int,
                    on_pair: Callable[[int, float, float], None] | None = None) -> tuple[list[float], list[float]]:
+        ...
+
+    def lowp_matmul(self) -> dict[str, float]:
         ...
 
 
@@ -305,3 +309,8 @@ class Runner:
         for h in handles:
             h.close()
         return xs, ys
+
+    def lowp_matmul(self) -> dict[str, float]:
+        """Lower precisions' matmul speed over fp32's on this device (`autotune.probe`)."""
+        return probe.lowp_matmul(self.device)
+

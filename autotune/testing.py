@@ -83,6 +83,7 @@ class FakeRunner(Runner):
         memory: Peak bytes of a config.
         losses: First losses of a config (default: the same for every config).
         signals: Profiler signals of a config beyond the defaults (e.g. `data_cpu_share`).
+        lowp: What the low-precision probe reads (`autotune.probe`; default: not measured).
 
     Counts every config given to `measure` in `measured` and every `interleave` call in
     `interleaved` (pairs of flat configs).
@@ -93,7 +94,7 @@ class FakeRunner(Runner):
                  memory: Callable[[TrainConfig], int] | None = None,
                  losses: Callable[[TrainConfig], list[float]] | None = None,
                  signals: Callable[[TrainConfig], dict] | None = None, batch_size: int = 32,
-                 protocol: Protocol | None = None) -> None:
+                 protocol: Protocol | None = None, lowp: dict[str, float] | None = None) -> None:
         super().__init__(_dummy_workload(batch_size), "fake.py", torch.device("cpu"), protocol or Protocol(windows=4),
                          isolate=False)
         self.speed, self.noise, self.drift, self.rng = speed, noise, drift, random.Random(seed)
@@ -101,6 +102,7 @@ class FakeRunner(Runner):
         self.memory = memory or (lambda c: 1000)
         self.losses = losses or (lambda c: [1.0, 0.9])
         self.signals = signals or (lambda c: {})
+        self.lowp = lowp or {}
         self.windows_taken = 0
         self.measured: list[dict] = []
         self.interleaved: list[tuple[dict, dict]] = []
@@ -115,6 +117,9 @@ class FakeRunner(Runner):
         noisy = {k: max(0.0, v * (1 + self.rng.gauss(0, self.noise))) for k, v in shares.items()}
         total = sum(noisy.values()) or 1.0
         return {k: v / total for k, v in noisy.items()}
+
+    def lowp_matmul(self) -> dict[str, float]:
+        return dict(self.lowp)
 
     def open(self, config: TrainConfig, trials: float = 1.0) -> FakeHandle:
         return FakeHandle(self, config)

@@ -257,6 +257,7 @@ def test_profile_succeeds_and_writes_json(capsys, tmp_path, good):
     assert doc["protocol"]["windows"] == 2 and doc["protocol"]["steps"] == 4
     assert doc["measurement"]["measured_steps"] == 8
     assert doc["diagnosis"]["bottleneck"]
+    assert set(doc["lowp_matmul"]) == {"bf16", "fp16"}  # the probe that ranks amp, as tune's would
 
 
 def test_trace_and_json_written_across_filesystems(capsys, tmp_path, good):

@@ -45,12 +45,18 @@ def stage_ms(summary: Summary, stage: str) -> float | None:
     return None if s is None else s * 1e3
 
 
+def lowp_text(lowp: dict[str, float]) -> str:
+    """What the low-precision probe measured, e.g. "matmuls: bf16 24.1x fp32, fp16 1.0x"."""
+    return ("matmuls: " + ", ".join(f"{k} {v:.2g}x" for k, v in lowp.items()) + " fp32's") if lowp else ""
+
+
 def run_table(report: Report) -> Table:
     """What ran where: workload, target, device, machine, memory limit, study, version."""
     m = report.machine
     machine = ", ".join(p for p in (
         m.cpu, f"{m.cores} cores" if m.cores else "", f"GPU {m.gpu}" if m.gpu else "",
         f"torch {m.torch}" if m.torch else "", f"Python {m.python}" if m.python else "",
+        lowp_text(m.lowp_matmul),
     ) if p)
     limit = report.memory_limit_bytes
     study = report.study
