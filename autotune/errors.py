@@ -75,12 +75,14 @@ class TrialFailed(Exception):
 
 class TrialCut(Exception):
     """A measurement stopped after some of its windows: even its fastest window read below
-    `floor` (samples/s), so the rest could not make it a candidate."""
+    `floor` (samples/s), so the rest could not make it a candidate; or (`floor` None) the
+    time it had was spent."""
 
-    def __init__(self, windows: list[float], floor: float, of: int) -> None:
+    def __init__(self, windows: list[float], floor: float | None, of: int) -> None:
         self.windows, self.floor, self.of = list(windows), floor, of
-        super().__init__(f"stopped after {len(self.windows)} of {of} windows: {max(self.windows):.1f} samples/s "
-                         f"at best, below {floor:.1f}")
+        why = f"{max(self.windows):.1f} samples/s at best, below {floor:.1f}" if floor is not None else \
+            "the run's time budget was spent"
+        super().__init__(f"stopped after {len(self.windows)} of {of} windows: {why}")
 
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130

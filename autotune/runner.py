@@ -59,7 +59,8 @@ class TrialRunner(TypingProtocol):
     protocol: Protocol
 
     def measure(self, config: TrainConfig, trace: str | None = None,
-                on_window: Callable[[int, float], None] | None = None, floor: float | None = None) -> Summary:
+                on_window: Callable[[int, float], None] | None = None, floor: float | None = None,
+                until: float | None = None) -> Summary:
         ...
 
     def interleave(self, a: TrainConfig, b: TrainConfig, pairs: int,
@@ -255,13 +256,15 @@ class Runner:
         return InProcessHandle(self.workload, config, self.device, self.protocol)
 
     def measure(self, config: TrainConfig, trace: str | None = None,
-                on_window: Callable[[int, float], None] | None = None, floor: float | None = None) -> Summary:
+                on_window: Callable[[int, float], None] | None = None, floor: float | None = None,
+                until: float | None = None) -> Summary:
         """Every window of one config, then the profiled run; the summary.
 
         With a `floor` (samples/s), a config whose every window so far read below it is
         stopped there (`TrialCut`): an engineer does not wait out a trial running at a
         twentieth of the current speed (fp16 emulated on a CPU: 5 samples/s against 330, a
-        window of 96 s) for the figure that it lost."""
+        window of 96 s) for the figure that it lost. Past `until` (a `time.time()`), it is
+        stopped after the window it is in: the run's budget is kept."""
         t0 = time.perf_counter()
         h = self.open(config)
         try:
@@ -271,8 +274,11 @@ class Runner:
                 seen.append(thr)
                 if on_window:
                     on_window(i, thr)
-                if floor is not None and max(seen) < floor and i + 1 < self.protocol.windows:
-                    raise TrialCut(seen, floor, self.protocol.windows)
+                if i + 1 < self.protocol.windows:
+                    if floor is not None and max(seen) < floor:
+                        raise TrialCut(seen, floor, self.protocol.windows)
+                    if until is not None and time.time() > until:
+                        raise TrialCut(seen, None, self.protocol.windows)
             h.profile(trace)
             out = h.summary()
         except TrialCut:

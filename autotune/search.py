@@ -184,6 +184,7 @@ class RecipeSearch:
         self.grid = len(self.points) if self.walked else \
             math.prod(len(v) for v in self.space.values()) - (1 if incumbent_known else 0)
         self.skipped = 0
+        self.until: float | None = None  # a trial measured here stops at this time (`run`'s deadline)
         self.me = machine.worker_ref(runner.device)
         # A small space is walked in order (the incumbent first unless known, then one knob
         # changed at a time, ...); a larger one is searched by TPE from the incumbent.
@@ -247,8 +248,12 @@ class RecipeSearch:
                 return t.value
         checkpoint("trial")
         try:
-            summary = self.runner.measure(config, floor=self.constraints.floor)
-        except TrialCut as cut:  # far slower than a config that fits: what it read, not a candidate
+            summary = self.runner.measure(config, floor=self.constraints.floor, until=self.until)
+        except TrialCut as cut:  # far slower than a config that fits, or out of time: not a candidate
+            if cut.floor is None:
+                trial.set_user_attr("state", TrialState.FAILED.value)
+                trial.set_user_attr("reason", f"{cut}: not a full measurement, not a candidate")
+                raise optuna.TrialPruned() from None
             trial.set_user_attr("state", TrialState.SLOW.value)
             trial.set_user_attr("samples_per_s", statistics.fmean(cut.windows))
             trial.set_user_attr("reason", f"{cut} (1/{SLOW_CUT:g} of the current config's estimate): not measured "
@@ -277,7 +282,7 @@ class RecipeSearch:
         far more than the run's earlier ones) is not started; `skipped` counts them."""
         if self.pool is not None:
             return self.pool.run(self, n_trials, deadline, on_trial, cost_s)
-        ran, self.skipped = 0, 0
+        ran, self.skipped, self.until = 0, 0, deadline
         while len(self.finished()) < min(n_trials, self.grid):
             own = [s.wall_s for s in map(stored_summary, self.finished()) if s is not None and s.wall_s]
             cost = max([cost_s or 0.0, *own])

@@ -124,9 +124,10 @@ class FakeRunner(Runner):
     def open(self, config: TrainConfig, trials: float = 1.0) -> FakeHandle:
         return FakeHandle(self, config)
 
-    def measure(self, config: TrainConfig, trace: str | None = None, on_window=None, floor=None) -> Summary:
+    def measure(self, config: TrainConfig, trace: str | None = None, on_window=None, floor=None,
+                until=None) -> Summary:
         self.measured.append(config.flat())
-        return super().measure(config, trace, on_window, floor)
+        return super().measure(config, trace, on_window, floor, until)
 
     def interleave(self, a: TrainConfig, b: TrainConfig, pairs: int, on_pair=None) -> tuple[list[float], list[float]]:
         self.interleaved.append((a.flat(), b.flat()))

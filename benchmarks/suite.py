@@ -106,9 +106,10 @@ class CountingRunner(Runner):
     def reset(self) -> None:
         self.measurements, self.pairs = 0, 0
 
-    def measure(self, config: TrainConfig, trace: str | None = None, on_window=None, floor=None) -> Summary:
+    def measure(self, config: TrainConfig, trace: str | None = None, on_window=None, floor=None,
+                until=None) -> Summary:
         self.measurements += 1
-        return super().measure(config, trace, on_window, floor)
+        return super().measure(config, trace, on_window, floor, until)
 
     def interleave(self, a: TrainConfig, b: TrainConfig, pairs: int, on_pair=None):
         self.pairs += pairs

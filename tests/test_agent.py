@@ -107,10 +107,10 @@ def test_a_run_stopped_mid_round_reports_the_trials_that_round_finished(tmp_path
     undecided step, counted in the budget, with the wall time so far."""
 
     class Stopping(FakeRunner):
-        def measure(self, config, trace=None, on_window=None, floor=None):
+        def measure(self, config, trace=None, on_window=None, floor=None, until=None):
             if config.data.num_workers == 4:  # the third rung of the workers ladder
                 raise KeyboardInterrupt
-            return super().measure(config, trace, on_window, floor)
+            return super().measure(config, trace, on_window, floor, until)
 
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}")
     agent = Agent(Stopping(io_speed, stages=io_stages), load_recipes(), storage, "s", Settings(), {"conv": False})

@@ -135,8 +135,8 @@ def test_a_candidate_within_noise_of_a_lucky_incumbent_is_compared(tmp_path):
     class Lucky(FakeRunner):
         was_lucky = False
 
-        def measure(self, config, trace=None, on_window=None, floor=None):
-            s = super().measure(config, trace, on_window, floor)
+        def measure(self, config, trace=None, on_window=None, floor=None, until=None):
+            s = super().measure(config, trace, on_window, floor, until)
             if len(self.measured) == 1:  # the baseline
                 assert config.compile.mode == "none"
                 self.was_lucky = True

@@ -42,9 +42,9 @@ class Interrupting(FakeRunner):
         if self.calls == self.at:
             raise KeyboardInterrupt
 
-    def measure(self, config, trace=None, on_window=None, floor=None):
+    def measure(self, config, trace=None, on_window=None, floor=None, until=None):
         self._tick()
-        return super().measure(config, trace, on_window, floor)
+        return super().measure(config, trace, on_window, floor, until)
 
     def interleave(self, a, b, pairs, on_pair=None):
         self._tick()

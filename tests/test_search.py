@@ -393,8 +393,8 @@ def test_a_search_whose_trials_run_long_does_not_start_one_past_the_deadline():
     with 30 s left, the next one is not started, whatever the run-wide estimate says."""
 
     class Slow(FakeRunner):
-        def measure(self, config, trace=None, on_window=None, floor=None):
-            return super().measure(config, trace, on_window, floor).model_copy(update={"wall_s": 50.0})
+        def measure(self, config, trace=None, on_window=None, floor=None, until=None):
+            return super().measure(config, trace, on_window, floor, until).model_copy(update={"wall_s": 50.0})
 
     runner = Slow(speed_by_workers, noise=0.0)
     s = search(runner)

@@ -4,12 +4,19 @@ engineer stops a run they can see lost (fp16 emulated on a CPU read 5 samples/s 
 
 from __future__ import annotations
 
+import time as real_time
+
+import optuna
 import pytest
 
+from autotune import machine
+from autotune import runner as runner_mod
+from autotune import search as search_mod
 from autotune.config import TrainConfig
 from autotune.errors import TrialCut
 from autotune.measure import Protocol
 from autotune.record import TrialState
+from autotune.search import Constraints, RecipeSearch, trial_record
 from autotune.testing import FakeRunner
 
 from test_decisions import run_agent
@@ -98,8 +105,6 @@ def test_nothing_is_stopped_while_the_incumbent_does_not_fit(tmp_path):
 def test_a_ladder_rung_stopped_as_slow_ends_the_climb(tmp_path, monkeypatch):
     """Loader workers help up to 2; at 4 the host thrashes (50x slower): that rung is
     stopped after a window and the climb does not go on to 8."""
-    from autotune import machine
-
     monkeypatch.setattr(machine, "cores", lambda: 2)
 
     def speed(c):
@@ -113,3 +118,36 @@ def test_a_ladder_rung_stopped_as_slow_ends_the_climb(tmp_path, monkeypatch):
     assert tried.get(4) is TrialState.SLOW, tried
     assert 8 not in tried, tried
     assert r.final_config["data.num_workers"] in (2, 3)
+
+
+def test_a_trial_running_past_the_deadline_stops_after_its_window(monkeypatch):
+    """The budget is kept: a trial whose cost was underestimated (a first compilation) stops
+    after the window in which the deadline passed, reported as failed, not as a reading."""
+    class Clock:
+        now = 1000.0
+
+        def __getattr__(self, name):
+            return getattr(real_time, name)
+
+        def time(self):
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(runner_mod, "time", clock)
+    monkeypatch.setattr(search_mod, "time", clock)
+
+    class Slow(FakeRunner):
+        def draw(self, config):
+            clock.now += 10.0  # each window takes 10 s of the run's clock
+            return super().draw(config)
+
+    runner = Slow(lambda c: 100.0, noise=0.0, protocol=Protocol(windows=5))
+    storage = optuna.storages.InMemoryStorage()
+    s = RecipeSearch(storage, "r", {"precision.amp": ["bf16"]}, TrainConfig(), runner, Constraints(None, []), 0,
+                     incumbent_known=True)
+    s.run(1, deadline=1025.0)
+    [t] = s.finished()
+    rec = trial_record(t)
+    assert rec.state is TrialState.FAILED and rec.samples_per_s is None
+    assert "stopped after 3 of 5 windows: the run's time budget was spent" in rec.reason
+    assert not s.ranked()
