@@ -83,6 +83,8 @@ class Beat:
                 pass
 
     def __enter__(self) -> Beat:
+        if native(self.storage):  # the first beat also as our own mark: `reap` tells a trial never beaten
+            self.storage.set_trial_system_attr(self.trial_id, KEY, time.time())
         self.beat()
         self.thread.start()
         return self
@@ -103,6 +105,15 @@ def reap(storage: Any, study: optuna.Study) -> int:
         with warnings.catch_warnings():  # marked experimental by Optuna
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(study)
+        # Optuna's heartbeat only knows trials that beat once: a worker killed between its
+        # claim and its first beat left a trial running forever (a resumed run waited on it
+        # until its test's timeout). Claimed longer than the grace ago and never beaten: lost.
+        _, grace = interval_and_grace()
+        now = time.time()
+        for t in study.get_trials(deepcopy=False, states=(_RUNNING,)):
+            started = t.datetime_start.timestamp() if t.datetime_start else now
+            if KEY not in t.system_attrs and now - started > grace:
+                _fail_and_retry(storage, study, trial_id(storage, study, t.number))
     else:
         _, grace = interval_and_grace()
         now = time.time()

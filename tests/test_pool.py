@@ -160,6 +160,22 @@ def test_a_fresh_beat_is_left_alone_and_a_stale_one_is_reaped(storage, monkeypat
             if t.state == optuna.trial.TrialState.WAITING] == [{"x": 1}]
 
 
+def test_a_trial_claimed_and_never_beaten_is_reaped(storage):
+    """A worker killed between its claim and its first beat (its coordinator was killed,
+    PR_SET_PDEATHSIG) left a trial that Optuna's own heartbeat never saw: a resumed run
+    waited on it forever. Claimed longer than the grace period ago and never beaten: lost."""
+    study = optuna.create_study(study_name="n", storage=storage)
+    study.enqueue_trial({"x": 1})
+    study.enqueue_trial({"x": 2})
+    lost, live = claim(storage, study), claim(storage, study)
+    assert lost is not None and live is not None
+    with Beat(storage, live):
+        time.sleep(6.5)  # past the grace period
+        assert reap(storage, study) == 1
+    states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+    assert states[0] == optuna.trial.TrialState.FAIL and states[1] == optuna.trial.TrialState.RUNNING
+
+
 def test_two_claimants_never_take_the_same_trial(storage):
     study = optuna.create_study(study_name="c", storage=storage)
     for i in range(6):
