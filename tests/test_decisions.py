@@ -571,3 +571,27 @@ def test_a_band_set_by_a_wide_aa_is_said_to_be_the_aas(tmp_path):
     r = run_agent(runner, tmp_path, only=("compile",))
     assert r.noise.band >= r.noise.margin > 1.5 and r.noise.band_dof == 0
     assert "(the A/A's width)" in noise_text(r)
+
+
+def _first_loader_trial(tmp_path, monkeypatch, data: float) -> dict:
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+
+    def speed(c):
+        s = 100.0 * (1 + 0.1 * min(c.data.num_workers, 2))
+        return s * (0.55 if c.backend.num_threads == 1 else 1.0)
+
+    stages = {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) / 2}
+    runner = FakeRunner(speed, noise=0.005, stages=lambda c: stages,
+                        signals=lambda c: {} if c.data.num_workers else {"data_cpu_share": 1.0})
+    r = run_agent(runner, tmp_path, only=("dataloader",))
+    return r.steps[0].trials[0].config
+
+
+def test_workers_are_climbed_with_the_compute_threads_first_where_compute_dominates(tmp_path, monkeypatch):
+    """Decoding at 15% of a step whose convolutions take 85% on 2 cores: one intra-op thread
+    would make the compute alone 1.7x today's step, so the ladder keeps the threads first."""
+    assert _first_loader_trial(tmp_path, monkeypatch, data=0.15)["backend.num_threads"] is None
+
+
+def test_workers_are_climbed_with_one_thread_first_where_loading_dominates(tmp_path, monkeypatch):
+    assert _first_loader_trial(tmp_path, monkeypatch, data=0.9)["backend.num_threads"] == 1
