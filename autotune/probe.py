@@ -2,12 +2,13 @@
 
 bf16 autocast is 1.4-1.7x faster on a Xeon with AMX and about 20x slower on an EPYC
 without it; fp16 on either is emulated (a ResNet's fp16 trial read 5 samples/s against
-330). One matrix product per dtype and fp32's, timed in turns at their best of up to 40
-(a neighbour's burst only slows some), says which lower precision this machine has units for, in under a
-second. The step decides whether it pays: a dtype at least `FAST_UNITS` faster is searched for speed,
-one that is not is left out of the speed search (it still saves memory, so a memory
-search keeps it). CUDA devices are not probed (their bf16/fp16 units are the rule; the
-config already refuses bf16 where a GPU has none): the recipe file's prior stands.
+330). One matrix product per dtype and fp32's, timed in turns at their best of up to
+40 (a neighbour's burst only slows some), says which lower precision this machine has
+units for, in under a second. The step decides whether it pays: a dtype at least
+`FAST_UNITS` faster is searched for speed, one that is not is left out of the speed
+search (it still saves memory, so a memory search keeps it). CUDA devices are not
+probed (their bf16/fp16 units are the rule; the config already refuses bf16 where a GPU
+has none): the recipe file's prior stands.
 """
 
 from __future__ import annotations

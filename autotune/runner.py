@@ -319,4 +319,3 @@ class Runner:
     def lowp_matmul(self) -> dict[str, float]:
         """Lower precisions' matmul speed over fp32's on this device (`autotune.probe`)."""
         return probe.lowp_matmul(self.device)
-
