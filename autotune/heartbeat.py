@@ -101,26 +101,22 @@ def trial_id(storage: Any, study: optuna.Study, number: int) -> int:
 def reap(storage: Any, study: optuna.Study) -> int:
     """Fail the study's running trials whose beat stopped, queue each again; how many."""
     before = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)))
-    if native(storage):
+    by_optuna = native(storage)
+    if by_optuna:
         with warnings.catch_warnings():  # marked experimental by Optuna
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(study)
-        # Optuna's heartbeat only knows trials that beat once: a worker killed between its
-        # claim and its first beat left a trial running forever (a resumed run waited on it
-        # until its test's timeout). Claimed longer than the grace ago and never beaten: lost.
-        _, grace = interval_and_grace()
-        now = time.time()
-        for t in study.get_trials(deepcopy=False, states=(_RUNNING,)):
-            started = t.datetime_start.timestamp() if t.datetime_start else now
-            if KEY not in t.system_attrs and now - started > grace:
-                _fail_and_retry(storage, study, trial_id(storage, study, t.number))
-    else:
-        _, grace = interval_and_grace()
-        now = time.time()
-        for t in study.get_trials(deepcopy=False, states=(_RUNNING,)):
-            last = t.system_attrs.get(KEY) or (t.datetime_start.timestamp() if t.datetime_start else now)
-            if now - float(last) <= grace:
-                continue
+    # Optuna's heartbeat only knows trials that beat once: a worker killed between its claim
+    # and its first beat left a trial a resumed run waited on forever. A trial never marked
+    # (every trial, without Optuna's heartbeat) is judged by its mark or its claim's time.
+    _, grace = interval_and_grace()
+    now = time.time()
+    for t in study.get_trials(deepcopy=False, states=(_RUNNING,)):
+        mark = t.system_attrs.get(KEY)
+        if by_optuna and mark:
+            continue  # it beat: Optuna's heartbeat judges it
+        last = mark or (t.datetime_start.timestamp() if t.datetime_start else now)
+        if now - float(last) > grace:
             _fail_and_retry(storage, study, trial_id(storage, study, t.number))
     return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))) - before
 

@@ -144,7 +144,7 @@ def stop_reason(verdict: Verdict, margin: float, lowp: dict[str, float] | None =
         below = f" (what is left: {rest}, below the noise margin {margin:.3f})" if rest else ""
         slow = "" if not lowp or probe.fast(lowp) else (
             " (autocast does not apply for speed here: this CPU's lower-precision matmuls run at "
-            + ", ".join(f"{k} {v:.2g}x" for k, v in lowp.items()) + " of fp32's)")
+            + probe.text(lowp) + " of fp32's)")
         return (f"the slowest stage is acceptable: the step is compute-bound{below}, and every compute recipe that "
                 f"applies was tried{slow}")
     top = next(w for w in left if material(w, margin))

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-__all__ = ["FAST_UNITS", "KEY", "PRIOR_CAP", "amp_prior", "fast", "lowp_matmul"]
+__all__ = ["FAST_UNITS", "KEY", "PRIOR_CAP", "amp_prior", "fast", "lowp_matmul", "text"]
 
 KEY = "precision.amp"  # the knob the probe speaks for, in any recipe that searches it
 # A dtype's matmuls at least this much faster than fp32's: the hardware has units for it (AMX
@@ -77,3 +77,8 @@ def amp_prior(lowp: dict[str, float], default: float) -> float:
         return default
     best = max((v for k, v in lowp.items() if k in fast(lowp)), default=None)
     return min(best, PRIOR_CAP) if best is not None else 1.0
+
+
+def text(lowp: dict[str, float]) -> str:
+    """The probe's figures in words, e.g. "bf16 3x, fp16 0.97x"."""
+    return ", ".join(f"{k} {v:.2g}x" for k, v in lowp.items())

@@ -26,8 +26,8 @@ from .decide import decide
 from .diagnose import COMPUTE_STAGES, diagnose, material
 from .ladder import ints, staged
 from .recipes import Recipe
-from .record import Bottleneck, Brief, Step, TrialState
-from .search import GRID_LIMIT, SLOW_CUT, RecipeSearch, best_of, stored_summary, trial_record
+from .record import Bottleneck, Brief, Step
+from .search import GRID_LIMIT, SLOW_CUT, RecipeSearch, best_of, reading, stored_summary, trial_record
 
 REVISIT_TRIALS = 3  # fewest trials of a recipe's second round
 GROW_STEPS = 3  # most times a range grows in one round
@@ -145,13 +145,6 @@ def _climb_order(key: str, values: list, state: State) -> list:
     compute = sum(state.summary.stages[s].share for s in COMPUTE_STAGES if s in state.summary.stages)
     one_first = compute * machine.cores() < 1
     return sorted(values, key=lambda v: (v == 1) != one_first)
-
-
-def reading(t: optuna.trial.FrozenTrial) -> float | None:
-    """A trial's samples/s: measured to the end, or as far as a slow one was (`TrialState.SLOW`)."""
-    if t.state == optuna.trial.TrialState.COMPLETE:
-        return t.value
-    return t.user_attrs.get("samples_per_s") if t.user_attrs.get("state") == TrialState.SLOW.value else None
 
 
 def _within_host(recipe: Recipe, space: dict[str, list], state: State) -> dict[str, list]:

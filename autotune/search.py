@@ -99,13 +99,20 @@ def stored_summary(t: optuna.trial.FrozenTrial) -> Summary | None:
     return Summary.model_validate(raw) if raw is not None else None
 
 
+def reading(t: optuna.trial.FrozenTrial) -> float | None:
+    """A trial's samples/s: measured to the end, or as far as a slow one was (`TrialState.SLOW`)."""
+    if t.state == optuna.trial.TrialState.COMPLETE:
+        return t.value
+    return t.user_attrs.get("samples_per_s") if t.user_attrs.get("state") == TrialState.SLOW.value else None
+
+
 def trial_record(t: optuna.trial.FrozenTrial) -> Trial:
     complete = t.state == optuna.trial.TrialState.COMPLETE
     summary = stored_summary(t)
     return Trial(
         number=t.number,
         changes=t.user_attrs.get("changes", {}),
-        samples_per_s=t.value if complete else t.user_attrs.get("samples_per_s"),
+        samples_per_s=reading(t),
         state=TrialState(t.user_attrs.get("state", TrialState.OK if complete else TrialState.FAILED)),
         reason=t.user_attrs.get("reason"),
         peak_memory_bytes=summary.peak_memory_bytes if summary else None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from autotune import probe
 from autotune.clock import STAGES
 from autotune.record import Report, Step, Summary, Verdict
 
@@ -47,7 +48,7 @@ def stage_ms(summary: Summary, stage: str) -> float | None:
 
 def lowp_text(lowp: dict[str, float]) -> str:
     """What the low-precision probe measured, e.g. "matmuls: bf16 24.1x fp32, fp16 1.0x"."""
-    return ("matmuls: " + ", ".join(f"{k} {v:.2g}x" for k, v in lowp.items()) + " fp32's") if lowp else ""
+    return f"matmuls: {probe.text(lowp)} fp32's" if lowp else ""
 
 
 def run_table(report: Report) -> Table:
