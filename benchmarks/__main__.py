@@ -13,7 +13,7 @@ import torch
 from autotune.errors import EXIT_OK, UserCodeError, UserError, exit_code, explain
 
 from benchmarks import anytime, grids, suite
-from benchmarks.cases import CASES, QUICK_CASES, select
+from benchmarks.cases import CASES, QUICK_CASES, for_machine, select
 from benchmarks.table import emit, to_markdown
 
 PROG = "python -m benchmarks"
@@ -34,10 +34,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-overhead", action="store_true", help="skip the overhead benchmark only "
                    "(python -m benchmarks.overhead runs it on its own)")
     p.add_argument("--measure-grid", action="store_true",
-                   help="measure every config of each example's grid again and rewrite benchmarks/grids/<example>.json "
-                        "(otherwise the stored grid is read, and refused when measured on another machine)")
+                   help="measure every config of each example's grid again and rewrite "
+                        "benchmarks/grids/<machine>/<example>.json (otherwise this machine's stored grid is read, and refused when measured on another machine)")
     p.add_argument("--grids-only", action="store_true", help="with --measure-grid: measure and store the grids, then stop")
-    p.add_argument("--grid-dir", metavar="DIR", help="read and write stored grids here (default benchmarks/grids/)")
+    p.add_argument("--grid-dir", metavar="DIR",
+                   help="read and write stored grids here (default benchmarks/grids/<machine>/, a folder per CPU model)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p.parse_args(argv)
 
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     log = (lambda s: None) if args.quiet else (lambda s: print(f"[{time.perf_counter() - t0:7.1f}s] {s}", file=sys.stderr, flush=True))
     try:
-        cases = select(QUICK_CASES if args.quick else CASES, args.examples)
+        cases = for_machine(select(QUICK_CASES if args.quick else CASES, args.examples), torch.device("cpu"))
         for flag in ("json", "md"):
             path = getattr(args, flag)
             if path and not Path(path).resolve().parent.is_dir():

@@ -11,12 +11,13 @@ same for every case.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from autotune import probe
 from autotune.config import TrainConfig
 from autotune.errors import ConfigError, UserError
 from autotune.search import normalized
@@ -43,8 +44,9 @@ MEMORY_GRID = {"memory.micro_batch_size": [None, 512, 256, 128, 64], "memory.act
 FP32_GRID = {"optimizer.impl": ["default", "foreach", "fused"],
              "compile.mode": ["none", "default", "max-autotune-no-cudagraphs"],
              "backend.num_threads": [None, 1]}
-BF16_COST = ("bf16 (emulated on this CPU: in compute_bound's grid every bf16 config was 2-10x slower and took 15-36 s "
-             "to measure; in memory_bound's, 130-180 s each)")
+BF16_COST = ("bf16 where this CPU emulates it (on an AMD EPYC: in compute_bound's grid every bf16 config was 2-10x "
+             "slower and took 15-36 s to measure; in memory_bound's, 130-180 s each); the grid holds it where the "
+             "probe finds units for it")
 CONV_GRID = {"data.num_workers": [0, 1, 2], "backend.num_threads": [None, 1], "layout.channels_last": [False, True],
              "optimizer.impl": ["default", "foreach"]}
 HELD_MODES = ("compile's max-autotune-no-cudagraphs mode (the grid has compile's default mode only: with bf16 in the "
@@ -76,6 +78,10 @@ class Case:
         held: The applicable recipes' knobs the grid holds at their default, and why.
         rule_floor: Whether autotune is held to at least the rule of thumb's throughput here
             (the I/O example, where the rule's many workers are right).
+        lowp: Add `precision.amp` at every lower precision this machine multiplies fast in
+            (`autotune.probe`) to the grid (`for_machine`): where bf16 has units it is a knob
+            a good engineer tries; where it is emulated it is 7-20x slower and a grid of it
+            would cost tens of minutes to say so.
     """
 
     name: str
@@ -89,6 +95,14 @@ class Case:
     note: str = ""
     held: str = ""
     rule_floor: bool = False
+    lowp: bool = False
+
+    def for_machine(self, fast: list[str]) -> Case:
+        """This case with its grid as measured on a machine whose fast lower precisions are
+        `fast`: with `lowp`, they join the grid (none where they are emulated)."""
+        if not self.lowp or not fast or "precision.amp" in self.grid:
+            return self
+        return replace(self, grid={**self.grid, "precision.amp": ["none", *sorted(fast)]})
 
     @property
     def path(self) -> Path:
@@ -151,24 +165,25 @@ CASES: tuple[Case, ...] = (
          note="32 tiny layers with Adam: dispatch overhead; foreach helps the many small parameters",
          held=f"{HELD_LOADER}; {HELD_MODES}; {NO_LIMIT}"),
     Case("memory_bound", "memory", fn="workload", kwargs={"width": 128, "depth": 8, "batch_size": 1024},
-         grid=MEMORY_GRID, memory_limit=8 * MiB, isolate=True,
+         grid=MEMORY_GRID, memory_limit=8 * MiB, isolate=True, lowp=True,
          note="residual MLP whose activations dominate (batch 1024, width 128): about 14 MiB by default, "
               "8 MiB allowed; micro-batches or checkpointing must make it fit",
          held=f"{BF16_COST}, the data loader (in-memory tensors), compile (a fresh process per measurement compiles "
               "cold: 10-15 s each) and the optimizer implementation (each isolated measurement costs 20-50 s here)"),
-    Case("sync_bound", "sync", grid=FP32_GRID,
+    Case("sync_bound", "sync", grid=FP32_GRID, lowp=True,
          note="an .item() every step: no recipe fixes user code, autotune reports it; the grid shows what knobs give",
          held=f"{BF16_COST}; {HELD_LOADER}; {NO_LIMIT}"),
-    Case("gpt", "", fn="small", grid=FP32_GRID,
+    Case("gpt", "", fn="small", grid=FP32_GRID, lowp=True,
          note="realistic: a nanoGPT-style decoder (2 layers, 64 wide, context 32) with AdamW on token windows",
          held=f"{BF16_COST}; {HELD_LOADER}; {NO_LIMIT}"),
-    Case("transformer_encoder", "", fn="small", grid=FP32_GRID,
+    Case("transformer_encoder", "", fn="small", grid=FP32_GRID, lowp=True,
          note="realistic: nn.TransformerEncoder classifier (2 layers, 64 wide) on padded variable-length sequences",
          held=f"{BF16_COST}; {HELD_LOADER}; {NO_LIMIT}"),
-    Case("resnet_jpeg", "", fn="small", grid=CONV_GRID,
+    Case("resnet_jpeg", "", fn="small", grid=CONV_GRID, lowp=True,
          note="realistic: ResNet-18 layout at width 16 on 32x32 crops of JPEG bytes decoded in __getitem__ (PIL)",
-         held="bf16 (16x slower on this CPU: 3.3 s a step at the default size) and compile (its first compilation "
-              f"took minutes here); prefetch 2, no persistent workers, at most 2 workers (the cores); {NO_LIMIT}"),
+         held="bf16 where this CPU emulates it (16x slower on an AMD EPYC: 3.3 s a step at the default size; the grid "
+              "holds it where the probe finds units for it) and compile (its first compilation took minutes on an "
+              f"AMD EPYC); prefetch 2, no persistent workers, at most 2 workers (the cores); {NO_LIMIT}"),
 )
 
 # --quick: tiny workloads and two- to four-config grids, a smoke test of the whole pipeline.
@@ -255,6 +270,13 @@ def native_bf16_cpu() -> bool:
 RULE = RuleOfThumb()
 # --quick keeps the rule's shape at a size a smoke test affords: no compile, 2 workers.
 QUICK_RULE = RuleOfThumb(num_workers=2, prefetch_factor=2, amp=False, compile_mode=None)
+
+
+def for_machine(cases: list[Case] | tuple[Case, ...], device: torch.device) -> list[Case]:
+    """`cases` with their grids as measured on `device` (`Case.for_machine`), its lower
+    precisions probed once (CPU only: a GPU's units are the rule there)."""
+    fast = sorted(probe.fast(probe.lowp_matmul(device))) if device.type == "cpu" else []
+    return [c.for_machine(fast) for c in cases]
 
 
 def select(cases: tuple[Case, ...], names: str | None) -> list[Case]:

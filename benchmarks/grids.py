@@ -1,9 +1,10 @@
 """Stored grids: every config of a case's grid measured once, kept as data under `benchmarks/grids/`.
 
 A grid takes tens of minutes to measure on two cores, so the suite reads it from
-`benchmarks/grids/<example>.json` (`tests/data/grids/` style folders for tests) instead of
-measuring it on every run; `python -m benchmarks --measure-grid` measures it again and
-rewrites the file. A stored grid holds every config's measurement (samples/s, each
+`benchmarks/grids/<machine>/<example>.json` (`machine_folder`: one folder per CPU model and
+core count, so that grids measured on an AMD EPYC and on a Xeon with AMX both stay; a
+`--grid-dir` is used as given) instead of measuring it on every run; `python -m benchmarks
+--measure-grid` measures it again and rewrites the file. A stored grid holds every config's measurement (samples/s, each
 window's throughput, peak memory, feasibility, wall time, the 1-minute load average when
 it started), and the machine (CPU model, cores, torch version), the protocol and the grid's
 definition it was measured under. One measured elsewhere, under another protocol, or for
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -65,8 +67,21 @@ def key(config: TrainConfig | dict[str, Any]) -> str:
     return json.dumps(sorted(flat.items()), default=str)
 
 
-def path_for(case: Case, folder: Path | None = None) -> Path:
-    return (folder or GRID_DIR) / f"{'quick_' if case.quick else ''}{case.name}.json"
+def machine_folder(device: torch.device) -> Path:
+    """This machine's folder of stored grids, e.g. `benchmarks/grids/amd-epyc-2c`."""
+    name = cpu_name() if device.type == "cpu" else f"{device.type}-{torch.cuda.get_device_name(device)}"
+    slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"\((r|tm)\)", "", name.lower())).strip("-")
+    return GRID_DIR / f"{slug or 'unknown'}-{cores()}c"
+
+
+def path_for(case: Case, folder: Path | None = None, device: torch.device | None = None) -> Path:
+    return (folder or machine_folder(device or torch.device("cpu"))) / f"{'quick_' if case.quick else ''}{case.name}.json"
+
+
+def elsewhere(case: Case) -> list[str]:
+    """The machines (folders) a grid of `case` is stored for."""
+    name = path_for(case, GRID_DIR / "x").name
+    return sorted(p.parent.name for p in GRID_DIR.glob(f"*/{name}"))
 
 
 def measure_row(runner: Runner, config: TrainConfig, constraints: Constraints) -> dict[str, Any]:
@@ -139,10 +154,13 @@ def check(stored: dict[str, Any], case: Case, protocol: Protocol, device: torch.
 
 def load(case: Case, protocol: Protocol, device: torch.device, folder: Path | None = None) -> dict[str, Any]:
     """The stored grid of `case`, checked against this machine, protocol and definition."""
-    where = path_for(case, folder)
+    where = path_for(case, folder, device)
     if not where.is_file():
-        raise GridRefused(f"no stored grid for {case.name} at {str(where)!r}; measure it with "
-                          f"`python -m benchmarks --measure-grid --examples {case.name}`.")
+        others = elsewhere(case) if folder is None else []
+        raise GridRefused(f"no stored grid for {case.name} at {str(where)!r}"
+                          + (f" (grids of it are stored for other machines: {', '.join(others)})" if others else "")
+                          + f"; measure it on this machine with `python -m benchmarks --measure-grid --examples "
+                            f"{case.name}`.")
     try:
         stored = json.loads(where.read_text())
     except (OSError, ValueError) as exc:
@@ -152,8 +170,8 @@ def load(case: Case, protocol: Protocol, device: torch.device, folder: Path | No
     return stored
 
 
-def save(grid: dict[str, Any], case: Case, folder: Path | None = None) -> Path:
-    where = path_for(case, folder)
+def save(grid: dict[str, Any], case: Case, folder: Path | None = None, device: torch.device | None = None) -> Path:
+    where = path_for(case, folder, device)
     where.parent.mkdir(parents=True, exist_ok=True)
     tmp = where.with_suffix(".tmp")
     tmp.write_text(json.dumps(grid, indent=1, default=str) + "\n")
@@ -180,7 +198,7 @@ def obtain(case: Case, runner: Runner, protocol: Protocol, device: torch.device,
         return grid, "stored"
     log(f"{case.name}: measuring the grid of {len(case.configs())} configs")
     grid = measure(case, runner, protocol, device, log)
-    where = save(grid, case, folder)
+    where = save(grid, case, folder, device)
     log(f"{case.name}: grid written to {where} ({grid['wall_s'] / 60:.1f} min)")
     return grid, "measured"
 
@@ -199,7 +217,7 @@ def measure_all(cases: list[Case], protocol: Protocol, device: torch.device, log
     try:
         for case in cases:
             obtain(case, runner_for(case, protocol, device), protocol, device, True, log, folder)
-            out.append(path_for(case, folder))
+            out.append(path_for(case, folder, device))
             torch.set_num_threads(threads)
     finally:
         torch.set_num_threads(threads)

@@ -7,7 +7,7 @@ the other (never two measurements at once), under one `Protocol`:
 
 1. The grid: every config of the case's grid (every applicable recipe's knobs at a few
    values each, tens to a hundred-odd configs), read from its stored measurement
-   (`grids`, `benchmarks/grids/<example>.json`; `--measure-grid` measures it again).
+   (`grids`, `benchmarks/grids/<machine>/<example>.json`; `--measure-grid` measures it again).
 2. The rule of thumb (`cases.RULE`), measured once; autotune's `Agent`, for real, with its
    diagnosis, restricted to the recipes whose knobs the grid covers so that every method
    tunes the same knobs (its ranges may reach past the grid's); blind TPE and random
@@ -49,7 +49,7 @@ from autotune.search import Constraints
 from autotune.workload import facts
 
 from benchmarks import anytime, grids
-from benchmarks.cases import CASES, QUICK_CASES, QUICK_RULE, RULE, Case, RuleOfThumb
+from benchmarks.cases import CASES, QUICK_CASES, QUICK_RULE, RULE, Case, RuleOfThumb, for_machine
 from benchmarks.methods import LogEvents, judge, ratio, run_agent, run_single, search_stored
 from benchmarks.placebo import false_acceptances
 from benchmarks.targets import TARGET_ORACLE, case_targets, suite_targets
@@ -279,7 +279,7 @@ def run(cases: list[Case], quick: bool = False, seed: int = 0, device: str = "cp
             results.append(run_case(case, rule, protocol, dev, seed, log, measure_grid, grid_dir))
         placebo = None
         if extras:
-            pcase = next(c for c in (QUICK_CASES if quick else CASES) if c.name == PLACEBO_CASE)
+            pcase = for_machine([next(c for c in (QUICK_CASES if quick else CASES) if c.name == PLACEBO_CASE)], dev)[0]
             placebo = false_acceptances(pcase, QUICK_PLACEBO_RUNS if quick else PLACEBO_RUNS, dev, protocol, log, seed)
     finally:
         torch.set_num_threads(threads)

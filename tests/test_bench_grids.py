@@ -119,3 +119,33 @@ def test_anytime_curve_is_the_running_best_in_grid_units():
     lines = anytime.table_lines([case], 0.95)
     assert lines[2].startswith("| x | autotune (2 own) | 0.33 | 0.83 |") and "4, 15 s" in lines[2]
     ET.fromstring(anytime.svg([case]))
+
+
+def test_grids_are_stored_per_machine_and_a_missing_one_names_the_machines_that_have_it(monkeypatch, tmp_path):
+    from benchmarks import cases
+
+    monkeypatch.setattr(grids, "GRID_DIR", tmp_path)
+    monkeypatch.setattr(grids, "cpu_name", lambda: "Intel(R) Xeon(R) Gold 6338")
+    assert grids.machine_folder(CPU).name == f"intel-xeon-gold-6338-{grids.cores()}c"
+    (tmp_path / "amd-epyc-2c").mkdir()
+    shutil.copy(DATA / "quick_compute_bound.json", tmp_path / "amd-epyc-2c")
+    with pytest.raises(grids.GridRefused, match="stored for other machines: amd-epyc-2c"):
+        grids.load(CASE, QUICK_PROTOCOL, CPU)
+    g = json.loads((DATA / "quick_compute_bound.json").read_text())
+    g["machine"] = grids.machine(CPU)
+    assert grids.save(g, CASE).parent.name.startswith("intel-xeon-gold-6338")
+    assert grids.load(CASE, QUICK_PROTOCOL, CPU)["rows"]
+    assert cases.CASES  # the shipped grids are filed under a machine's folder, none at the top
+    assert not list(Path(cases.__file__).parent.joinpath("grids").glob("*.json"))
+
+
+def test_a_grid_holds_bf16_only_where_the_machine_has_units_for_it():
+    from benchmarks.cases import CASES
+
+    gpt = next(c for c in CASES if c.name == "gpt")
+    assert gpt.lowp and "precision.amp" not in gpt.grid
+    assert gpt.for_machine([]) is gpt  # emulated everywhere: the grid as it was
+    fast = gpt.for_machine(["bf16"])
+    assert fast.grid["precision.amp"] == ["none", "bf16"] and len(fast.configs()) == 2 * len(gpt.configs())
+    decode = next(c for c in CASES if c.name == "decode_bound")
+    assert decode.for_machine(["bf16"]) is decode  # a step that waits on decoding: no precision knob
