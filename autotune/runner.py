@@ -88,8 +88,27 @@ def classify(exc: BaseException) -> TrialFailed:
     return TrialFailed(kind, f"{type(inner).__name__}: {inner}", detail)
 
 
+# Compiled models share one frame (torch's wrapper around a module's forward), whose cache
+# dynamo caps at `recompile_limit` (8) entries per process: past it, every further compiled
+# model silently runs eager. In-process trials compile many models in one process, so they
+# raise the cap; a fresh process per trial never nears it.
+RECOMPILE_ROOM = 1024
+
+
+def compile_room() -> None:
+    """Lift dynamo's per-process recompile caps so that every in-process compiled trial compiles."""
+    import torch._dynamo
+
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "accumulated_recompile_limit"):
+        if getattr(cfg, name, RECOMPILE_ROOM) < RECOMPILE_ROOM:
+            setattr(cfg, name, RECOMPILE_ROOM)
+
+
 class InProcessHandle:
     def __init__(self, workload: Workload, config: TrainConfig, device: torch.device, protocol: Protocol) -> None:
+        if config.compile.mode != "none":
+            compile_room()
         self.session = self._call(Session, workload, config, device, protocol)
 
     @staticmethod

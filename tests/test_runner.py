@@ -305,3 +305,26 @@ def test_fake_runner_failures_propagate_as_trial_failed():
     with pytest.raises(TrialFailed) as info:
         FakeRunner(speed).measure(TrainConfig())
     assert info.value.kind is FailureKind.CRASH and info.value.reason == "boom"
+
+
+def test_in_process_compiled_trial_compiles_past_dynamo_recompile_cap(monkeypatch):
+    """Compiled modules share one frame whose cache dynamo caps at 8 entries per process;
+    past it every new compiled model silently runs eager. Eight distinct models fill it
+    here; the ninth, an in-process compiled trial, must still compile its step."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from workloads import make
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
+    monkeypatch.setattr(torch._dynamo.config, "accumulated_recompile_limit", 256)
+    x = torch.randn(4, 8)
+    for depth in range(1, 9):
+        torch.compile(torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(depth)]), backend="eager")(x)
+    before = counters["stats"]["unique_graphs"]
+    config = TrainConfig.model_validate({"compile": {"mode": "default"}})
+    summary = Runner(make(), None, CPU, PROTOCOL, isolate=False).measure(config)
+    assert summary.samples_per_s > 0
+    assert counters["stats"]["unique_graphs"] > before, "the ninth compiled model ran eager"
+    torch._dynamo.reset()
