@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import optuna
 
-from . import machine, probe
+from . import fit, machine, probe
 from .config import TrainConfig
 from .context import Context, State, changes_text, digest, key
 from .decide import decide
@@ -81,6 +81,9 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
                       for k in recipe.knobs if k.climb_with and k.key in space and not isinstance(k.choices, str)),
                      None)
         searches, ran, skipped = staged(ctx, name, space, state, est, look, deadline, on_trial, climb)
+    elif target is Bottleneck.MEMORY and fit.applies(space, state, ctx.constraints.memory_limit):
+        ctx.events.recipe(round_no, recipe.name, n)
+        searches, ran, skipped = fit.search(ctx, name, space, state, n, deadline, on_trial)
     else:
         search = RecipeSearch(ctx.storage, name, space, state.config, runner, ctx.constraints, ctx.seed,
                               each_knob_first=recipe.each_knob_first, pool=ctx.pool,

@@ -127,6 +127,41 @@ def test_the_memory_search_takes_the_fastest_fit_not_the_first(tmp_path):
     assert all(t.changes for t in step.trials), "the config over the limit is not measured again"
 
 
+def test_the_fastest_fit_of_two_knobs_neither_of_which_fits_alone_is_found_in_few_trials(tmp_path):
+    """bf16 alone and half the batch alone are both over the limit; together they fit and
+    are the fastest fit of the whole space. The search measures each knob alone, predicts
+    the combinations, and reaches that fit in a few trials, not by walking the space."""
+    import itertools
+
+    from autotune.config import TrainConfig
+
+    def memory(c):
+        mem = 190.0 * (0.65 if c.precision.amp != "none" else 1.0)
+        mem *= {None: 1.0, 16: 0.6, 8: 0.4, 4: 0.3, 2: 0.25}[c.memory.micro_batch_size]
+        return int(mem * (0.5 if c.memory.activation_checkpointing else 1.0))
+
+    def speed(c):
+        s = 100.0 * (1.4 if c.precision.amp == "bf16" else 1.0)
+        s *= {None: 1.0, 16: 0.97, 8: 0.8, 4: 0.6, 2: 0.4}[c.memory.micro_batch_size]
+        return s * (0.75 if c.memory.activation_checkpointing else 1.0)
+
+    space = itertools.product(["none", "bf16", "fp16"], [None, 16, 8, 4, 2], [False, True])
+    configs = [TrainConfig().with_changes({"precision.amp": a, "memory.micro_batch_size": m,
+                                           "memory.activation_checkpointing": k}) for a, m, k in space]
+    truth = max((c for c in configs if memory(c) <= 100), key=speed)
+    assert memory(TrainConfig().with_changes({"precision.amp": "bf16"})) > 100
+    assert memory(TrainConfig().with_changes({"memory.micro_batch_size": 16})) > 100
+    runner = FakeRunner(speed, memory=memory, noise=0.01, stages=lambda c: {"forward": 0.5, "backward": 0.5})
+    r = run_agent(runner, tmp_path, memory_limit=100)
+    step = r.steps[0]
+    assert step.recipe == "memory-joint" and step.accepted, (step.recipe, step.reason)
+    knobs = ("precision.amp", "memory.micro_batch_size", "memory.activation_checkpointing")
+    assert [truth.get(k) for k in knobs] == ["bf16", 16, False]
+    assert [step.after_config[k] for k in knobs] == [truth.get(k) for k in knobs], step.after_config
+    assert len(step.trials) <= 6, [t.changes for t in step.trials]
+    assert all(t.changes for t in step.trials), "the config over the limit is not measured again"
+
+
 def test_a_candidate_within_noise_of_a_lucky_incumbent_is_compared(tmp_path):
     """The baseline's single measurement reads 46% high; compile's true gain (1.2x) reads
     as a loss against it, but the incumbent's estimate pools the A/A's readings too, so
