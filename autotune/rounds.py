@@ -165,8 +165,9 @@ def _within_host(recipe: Recipe, space: dict[str, list], state: State) -> dict[s
 def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: State, est: float | None,
           searches: list[RecipeSearch], trials_left: int, deadline: float | None) -> list[tuple[int, str]]:
     """While the best trial sits at the top of a growable knob's range (or the top's trial
-    is within the noise of the best) and its waste is still material, search that knob at
-    twice and four times the top (within the guard)."""
+    is within the noise of the best, or the best is in the range's top octave) and its
+    waste is still material, search that knob at twice and four times the top (within the
+    guard)."""
     out: list[tuple[int, str]] = []
     ranges = {k.key: ints(searches[0].space[k.key]) for k in recipe.knobs if k.grow and k.key in searches[0].space}
     growable = [k for k in recipe.knobs if ranges.get(k.key)]
@@ -185,14 +186,25 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
             # the noise of the other, so the range has not shown a peak below its top.
             at_top = max((t for s in searches for t in s.ranked() if (t.user_attrs.get("config") or {}).get(knob.key)
                           == top), key=lambda t: t.value, default=None)
-            if at_top is None or at_top.value < best.value / ctx.band:
+            # The best in the range's top octave (6 of 1..8) while the waste stays: one low
+            # reading of the top (a noisy window, a late rung) does not close the range.
+            high = (best.user_attrs.get("config") or {}).get(knob.key)
+            near = isinstance(high, int) and not isinstance(high, bool) and 2 * high > top
+            if at_top is not None and at_top.value >= best.value / ctx.band:
+                start = at_top
+            elif near:
+                start = best
+            else:
                 continue
-            summary, config = stored_summary(at_top), TrainConfig().with_changes(at_top.user_attrs["config"])
+            where = ("the best trial sat at the top of the range" if high == top else
+                     "the trial at the top of the range read within the noise of the best" if start is at_top else
+                     f"the best trial ({high}) sat in the range's top octave")
+            summary, config = stored_summary(start), TrainConfig().with_changes(start.user_attrs["config"])
             limit = min(machine.growth_limit(knob.key, summary), machine.growth_limit(knob.key, state.summary))
             values = sorted({min(v, limit) for v in (2 * top, 4 * top)} - {top})
             values = [v for v in values if v > top]
             if not values:
-                out.append((0, f"{knob.key}: the best trial sits at the top ({top}), the host's limit "
+                out.append((0, f"{knob.key}: {where} ({top}), the host's limit "
                                f"({limit}, from memory and open files per worker and how much of the data wait is CPU "
                                f"work); range not grown"))
                 return out
@@ -205,8 +217,6 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
             searches.append(grow)
             ctx.live.append(grow)
             ranges[knob.key] = ranges[knob.key] + values
-            where = ("the best trial sat at the top of the range" if at_top.value >= best.value else
-                     "the trial at the top of the range read within the noise of the best")
             out.append((ran, f"{knob.key}: {where} ({top}) and the step still loses {waste.share:.0%} to "
                              f"{target.value}: grown to {', '.join(map(str, values))}"))
             break

@@ -100,6 +100,35 @@ def test_a_range_whose_best_trial_sits_at_its_top_grows(tmp_path):
     assert r.final_config["data.num_workers"] > top
 
 
+def test_one_low_reading_at_the_top_of_the_range_does_not_close_it(tmp_path):
+    """Remote-store latency again, but the top rung's one reading comes out 40% low (a
+    noisy window): the best trial sits just below the top and the step still waits for
+    data, so the range grows from the best trial all the same."""
+    top = max(load_recipes()[0].space("cpu", machine.cores(), 32)["data.num_workers"])
+
+    class Unlucky(FakeRunner):
+        def measure(self, config, trace=None, on_window=None, floor=None, until=None):
+            s = super().measure(config, trace, on_window, floor, until)
+            if config.data.num_workers == top:
+                return s.model_copy(update={"samples_per_s": s.samples_per_s * 0.6})
+            return s
+
+    def speed(c):
+        return 100.0 * (1 + c.data.num_workers)
+
+    def stages(c):
+        return {"data": 0.9, "forward": 0.05, "backward": 0.05} if c.data.num_workers < 40 else \
+            {"data": 0.0, "forward": 0.5, "backward": 0.5}
+
+    r = run_agent(Unlucky(speed, stages=stages), tmp_path)
+    step = r.steps[0]
+    tried = [t.config["data.num_workers"] for t in step.trials]
+    assert top in tried and max(t for t in tried if t <= top) == top, tried
+    assert step.recipe == "dataloader" and step.accepted
+    assert step.grown and "top octave" in step.grown[0], step.grown
+    assert r.final_config["data.num_workers"] > top
+
+
 def test_the_memory_search_takes_the_fastest_fit_not_the_first(tmp_path):
     """bf16 alone does not fit; micro-batching or checkpointing alone fit but cost speed;
     bf16 with a moderate micro-batch fits and is the fastest."""
