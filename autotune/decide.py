@@ -71,8 +71,9 @@ def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ra
         summary = stored_summary(best)
         step.changes, step.after, step.after_config = normalized(state.config, {}).diff(cand), Brief.of(summary), cand.flat()
         est = ctx.estimate(state.config) if state.feasible else None
-        first, fresh = _settle(ctx, name, recipe, state, cand, best.value / est if est else None)
-        _verdict(step, first, fresh, state, summary, ctx, best.value)
+        searched = best.value / est if est else None  # against the incumbent's pooled readings
+        first, fresh = _settle(ctx, name, recipe, state, cand, searched)
+        _verdict(step, first, fresh, state, summary, ctx, searched or best.value / state.summary.samples_per_s)
         if chosen:  # the duel's winner, alone
             step.reason += chosen
         ctx.events.decision(recipe.name, step.accepted, step.reason or "")
@@ -151,8 +152,9 @@ def pooled(first: Comparison, again: Comparison) -> Comparison:
 
 
 def _verdict(step: Step, first: Comparison, fresh: Comparison | None, state: State, cand: Summary, ctx: Context,
-             estimate: float) -> None:
-    """Accept or reject one candidate on its side-by-side comparisons, with the reason."""
+             searched: float) -> None:
+    """Accept or reject one candidate on its side-by-side comparisons, with the reason
+    (`searched`: the search's reading of it over the incumbent's pooled estimate)."""
     margin, limit = ctx.margin, ctx.constraints.memory_limit
     sp = first if fresh is None else pooled(first, fresh)
     if not state.feasible:
@@ -171,7 +173,7 @@ def _verdict(step: Step, first: Comparison, fresh: Comparison | None, state: Sta
     step.accepted = fresh is not None and _clears(sp, fresh, margin)
     if fresh is None:
         step.reason = (f"measured {sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}], not above the noise "
-                       f"margin {margin:.3f} (search estimate was {estimate / state.summary.samples_per_s:.2f}x)")
+                       f"margin {margin:.3f} (search estimate was {searched:.2f}x)")
         return
     again = (f"the first comparison {first.ratio:.2f}x [{first.low:.2f}, {first.high:.2f}], then {fresh.pairs} fresh "
              f"pairs alone {fresh.ratio:.2f}x [{fresh.low:.2f}, {fresh.high:.2f}]")
