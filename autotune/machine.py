@@ -11,7 +11,7 @@ import torch
 
 from .record import Machine, Summary, WorkerRef
 
-__all__ = ["available_memory_bytes", "core_set", "cores", "cpu_name", "describe", "fingerprint", "fingerprint_id",
+__all__ = ["available_memory_bytes", "core_set", "cores", "cpu_isa", "cpu_name", "describe", "fingerprint", "fingerprint_id",
            "growth_limit", "open_files_limit", "worker_ref"]
 
 FILES_PER_WORKER = 8  # pipes, a shared-memory handle and queues per DataLoader worker
@@ -41,6 +41,20 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_isa() -> str:
+    """The widest matrix/vector units the CPU reports: "amx", "avx512_bf16", "avx512", "avx2"
+    or "" (another architecture, or unknown). A virtual machine's model name ("AMD EPYC") can
+    stand for CPUs from AVX2-only ones, where bf16 is emulated, to ones with AVX512-BF16, so
+    a figure measured on one is no truth for the other."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return ""
+    return next((name for name, flag in (("amx", "amx_bf16"), ("avx512_bf16", "avx512_bf16"), ("avx512", "avx512f"),
+                                         ("avx2", "avx2")) if flag in flags), "")
 
 
 def describe(device: torch.device) -> Machine:

@@ -38,7 +38,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         "benchmarks/grids/<machine>/<example>.json (otherwise this machine's stored grid is read, and refused when measured on another machine)")
     p.add_argument("--grids-only", action="store_true", help="with --measure-grid: measure and store the grids, then stop")
     p.add_argument("--grid-dir", metavar="DIR",
-                   help="read and write stored grids here (default benchmarks/grids/<machine>/, a folder per CPU model)")
+                   help="read and write stored grids here (default benchmarks/grids/<machine>/, a folder per CPU model, vector units and core count)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p.parse_args(argv)
 

@@ -1,12 +1,12 @@
 """Stored grids: every config of a case's grid measured once, kept as data under `benchmarks/grids/`.
 
 A grid takes tens of minutes to measure on two cores, so the suite reads it from
-`benchmarks/grids/<machine>/<example>.json` (`machine_folder`: one folder per CPU model and
-core count, so that grids measured on an AMD EPYC and on a Xeon with AMX both stay; a
+`benchmarks/grids/<machine>/<example>.json` (`machine_folder`: one folder per CPU model, vector units
+and core count, so that grids measured on an AMD EPYC and on a Xeon with AMX both stay; a
 `--grid-dir` is used as given) instead of measuring it on every run; `python -m benchmarks
 --measure-grid` measures it again and rewrites the file. A stored grid holds every config's measurement (samples/s, each
 window's throughput, peak memory, feasibility, wall time, the 1-minute load average when
-it started), and the machine (CPU model, cores, torch version), the protocol and the grid's
+it started), and the machine (CPU model, vector units, cores, torch version), the protocol and the grid's
 definition it was measured under. One measured elsewhere, under another protocol, or for
 another grid definition is refused with a message that says what differs and how to
 re-measure: a grid is ground truth only on the machine it was measured on.
@@ -30,7 +30,7 @@ import torch
 
 from autotune.config import TrainConfig
 from autotune.errors import TrialFailed, UserError
-from autotune.machine import cores, cpu_name
+from autotune.machine import cores, cpu_isa, cpu_name
 from autotune.measure import Protocol
 from autotune.runner import Runner
 from autotune.search import Constraints
@@ -52,7 +52,7 @@ def load_avg() -> list[float] | None:
 
 def machine(device: torch.device) -> dict[str, Any]:
     """What a stored grid must have been measured on to count here."""
-    return {"device": device.type, "cpu": cpu_name(), "cores": cores(), "torch": torch.__version__}
+    return {"device": device.type, "cpu": cpu_name(), "isa": cpu_isa(), "cores": cores(), "torch": torch.__version__}
 
 
 def definition(case: Case) -> dict[str, Any]:
@@ -68,8 +68,10 @@ def key(config: TrainConfig | dict[str, Any]) -> str:
 
 
 def machine_folder(device: torch.device) -> Path:
-    """This machine's folder of stored grids, e.g. `benchmarks/grids/amd-epyc-2c`."""
-    name = cpu_name() if device.type == "cpu" else f"{device.type}-{torch.cuda.get_device_name(device)}"
+    """This machine's folder of stored grids, e.g. `benchmarks/grids/amd-epyc-avx2-2c`: the CPU's
+    model name and its widest units (one name covers CPUs as far apart as AVX2 and AVX512-BF16)."""
+    name = (f"{cpu_name()} {cpu_isa()}" if device.type == "cpu" else
+            f"{device.type}-{torch.cuda.get_device_name(device)}")
     slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"\((r|tm)\)", "", name.lower())).strip("-")
     return GRID_DIR / f"{slug or 'unknown'}-{cores()}c"
 

@@ -46,6 +46,21 @@ def test_a_grid_from_another_machine_is_refused_with_what_differs_and_the_fix():
     assert "Test CPU" in msg and "cpu:" in msg and "--measure-grid --examples compute_bound" in msg
 
 
+def test_one_cpu_name_with_other_vector_units_is_another_machine(monkeypatch, here):
+    """A virtual machine's "AMD EPYC" is an AVX2-only CPU on one host and one with
+    AVX512-BF16 on the next: a grid from the one is refused on the other, filed apart."""
+    g = json.loads((here / "quick_compute_bound.json").read_text())
+    monkeypatch.setattr(grids, "cpu_name", lambda: "AMD EPYC")
+    monkeypatch.setattr(grids, "cpu_isa", lambda: "avx2")
+    (here / "quick_compute_bound.json").write_text(json.dumps({**g, "machine": grids.machine(CPU)}))
+    avx2 = grids.machine_folder(CPU).name
+    assert grids.load(CASE, QUICK_PROTOCOL, CPU, here)["rows"]
+    monkeypatch.setattr(grids, "cpu_isa", lambda: "avx512_bf16")
+    assert grids.machine_folder(CPU).name == f"amd-epyc-avx512-bf16-{grids.cores()}c" != avx2
+    with pytest.raises(grids.GridRefused, match="isa: stored 'avx2', here 'avx512_bf16'"):
+        grids.load(CASE, QUICK_PROTOCOL, CPU, here)
+
+
 def test_another_protocol_or_grid_definition_is_refused(here):
     from autotune.measure import Protocol
 
@@ -126,10 +141,11 @@ def test_grids_are_stored_per_machine_and_a_missing_one_names_the_machines_that_
 
     monkeypatch.setattr(grids, "GRID_DIR", tmp_path)
     monkeypatch.setattr(grids, "cpu_name", lambda: "Intel(R) Xeon(R) Gold 6338")
-    assert grids.machine_folder(CPU).name == f"intel-xeon-gold-6338-{grids.cores()}c"
-    (tmp_path / "amd-epyc-2c").mkdir()
-    shutil.copy(DATA / "quick_compute_bound.json", tmp_path / "amd-epyc-2c")
-    with pytest.raises(grids.GridRefused, match="stored for other machines: amd-epyc-2c"):
+    monkeypatch.setattr(grids, "cpu_isa", lambda: "avx512")
+    assert grids.machine_folder(CPU).name == f"intel-xeon-gold-6338-avx512-{grids.cores()}c"
+    (tmp_path / "amd-epyc-avx2-2c").mkdir()
+    shutil.copy(DATA / "quick_compute_bound.json", tmp_path / "amd-epyc-avx2-2c")
+    with pytest.raises(grids.GridRefused, match="stored for other machines: amd-epyc-avx2-2c"):
         grids.load(CASE, QUICK_PROTOCOL, CPU)
     g = json.loads((DATA / "quick_compute_bound.json").read_text())
     g["machine"] = grids.machine(CPU)
