@@ -29,7 +29,7 @@ from .plan import Attempts, joint_memory_recipe, rank, stop_reason
 from .recipes import Recipe
 from .record import (Bottleneck, Brief, Budget, Comparison, FailureKind, Noise, Ratio, Recommendation, Report, Step,
                      StudyRef, Summary)
-from .context import Context, State
+from .context import BAND_CAP, Context, State, window_band
 from .rounds import play
 from .runner import TrialRunner
 from .search import Constraints, fits, quiet_optuna, trial_record
@@ -165,7 +165,8 @@ class Agent:
         r.noise = Noise(ratio=aa.ratio, low=aa.low, high=aa.high, pairs=aa.pairs, margin=margin, min_gain=MIN_GAIN,
                         readings=[m.ratio_only() for m in measured] if len(measured) > 1 else [])
         ctx = Context(self.storage, self.study, self.runner, Constraints(self.settings.memory_limit, base.first_losses),
-                      self.settings.seed, margin, _band(aa, margin), self._compare, self.events, pool=self.pool,
+                      self.settings.seed, margin, _band(aa, margin, base, measured), self._compare, self.events,
+                      pool=self.pool,
                       lowp=r.machine.lowp_matmul)
         ctx.note(base.config, base.samples_per_s, base.wall_s)
         for m in measured:  # each A/A's two sides: more readings of the baseline to pool
@@ -287,12 +288,15 @@ def implausible_aa(aa: Comparison) -> bool:
     return aa.measured and (aa.low > 1.0 or aa.high < 1.0)
 
 
-def _band(aa: Comparison, margin: float) -> float:
-    """How far apart two single readings of one config fall here: the A/A interval's
-    width, never narrower than the acceptance margin itself."""
-    if aa.measured and aa.low:
-        return max(margin, aa.high / aa.low)
-    return max(margin, 1.10)
+def _band(aa: Comparison, margin: float, base: Summary, measured: list[Comparison]) -> float:
+    """How far apart two single readings of one config fall here before the run has read
+    any config often enough to say: the A/A interval's width, or what the baseline's and
+    the A/A sides' windows say one reading's average can stray (not above `BAND_CAP`),
+    never narrower than the acceptance margin itself."""
+    windows = window_band([base.windows_samples_per_s] + [side for m in measured for side in (m.a, m.b) if side],
+                          len(base.windows_samples_per_s))
+    aa_width = aa.high / aa.low if aa.measured and aa.low else 1.10
+    return max(margin, aa_width, min(BAND_CAP, windows))
 
 
 def recommendations(steps: list[Step], recipes: dict[str, Recipe]) -> list[Recommendation]:

@@ -7,7 +7,12 @@ unpaired readings of one config fall here (a trial; one side of a comparison, ta
 another time). The A/A's paired interval is its floor, but pairing cancels the drift
 that separates two readings taken minutes apart: overhead_bound's 1 thread read 0.96x of
 the incumbent's pooled estimate in its search, under the A/A's 1/1.03, and was never
-compared, though it is ~1.1x side by side.
+compared, though it is ~1.1x side by side. Before any config has been read often enough
+to say that spread, the windows inside the readings taken so far say its least: a reading
+averages its windows, so two readings whose windows vary as the baseline's did differ by
+that much at least (`window_band`). decode_bound's baseline and A/A read 1.4x of its
+side-by-side speed together, with a tight A/A (pairs share the drift); every loader trial,
+the grid's best among them, read under the A/A's band and none was compared.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from .record import Comparison, Summary, Verdict
 from .runner import TrialRunner
 from .search import Constraints, identity
 
-__all__ = ["Context", "State", "changes_text", "digest", "key"]
+__all__ = ["Context", "State", "changes_text", "digest", "key", "window_band"]
 
 SPREAD_Z = 2.0  # two single readings apart beyond z standard deviations of their difference: not noise
 SPREAD_DOF = 3  # fewest degrees of freedom (readings beyond the first of each config) to trust the spread
@@ -51,7 +56,7 @@ class Context:
     constraints: Constraints
     seed: int
     margin: float
-    aa_band: float  # the A/A's paired interval width (never below the margin): the band's floor
+    aa_band: float  # the A/A's paired interval width and the baseline's windows' (never below the margin): the floor
     compare: Callable[[str, TrainConfig, TrainConfig, str], Comparison]
     events: Listener
     readings: dict[str, list[float]] = field(default_factory=dict)  # config key -> every single reading
@@ -112,6 +117,23 @@ class Context:
 
     def trial_cost(self) -> float | None:
         return statistics.median(self.walls[-8:]) if self.walls else None
+
+
+def window_band(groups: list[list[float]], per_reading: int) -> float:
+    """The least band two single readings of `per_reading` windows each need, from the
+    windows' own spread: `SPREAD_Z` standard errors of the difference of two such means,
+    the log-spread pooled within each group (a reading's windows; an A/A side's). 1.0
+    when no group has two windows."""
+    ss, dof = 0.0, 0
+    for values in groups:
+        logs = [math.log(v) for v in values if v > 0]
+        if len(logs) > 1:
+            mean = statistics.fmean(logs)
+            ss += sum((x - mean) ** 2 for x in logs)
+            dof += len(logs) - 1
+    if not dof or per_reading < 1:
+        return 1.0
+    return math.exp(SPREAD_Z * math.sqrt(ss / dof / per_reading) * math.sqrt(2))
 
 
 def key(config: dict[str, Any]) -> str:
