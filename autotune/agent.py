@@ -102,7 +102,7 @@ class Agent:
 
         One disturbed A/A (a neighbour's burst during its windows) would set the margin of
         the whole run: 1.67x was seen on a loaded machine, which no real gain then clears.
-        An implausible one is measured twice more and the median of the three is kept, so
+        An implausible one (`implausible_aa`) is measured twice more and the median of the three is kept, so
         one burst is outvoted while a difference that repeats (placement, a steady
         neighbour) still sets the margin. A repeat that fails keeps the first."""
         aa = self._compare("noise", config, config, "baseline against itself")
@@ -284,8 +284,12 @@ class Agent:
 
 def implausible_aa(aa: Comparison) -> bool:
     """Identical configs measured apart beyond their own interval: more likely a
-    disturbance than this machine's window-to-window noise (which the interval holds)."""
-    return aa.measured and (aa.low > 1.0 or aa.high < 1.0)
+    disturbance than this machine's window-to-window noise (which the interval holds). Or
+    apart by more than twice the least gain worth keeping, whatever the interval: one
+    comparison's ratio would set the whole run's margin, and a 1.22x A/A whose interval
+    just held 1 ([1.00, 1.49], gpt on a Zen 4) made a 1.20x [1.09, 1.32] fused optimizer
+    fall short of it."""
+    return aa.measured and (aa.low > 1.0 or aa.high < 1.0 or abs(math.log(aa.ratio)) > math.log1p(2 * MIN_GAIN))
 
 
 def _band(aa: Comparison, margin: float, base: Summary, measured: list[Comparison]) -> float:
