@@ -7,10 +7,10 @@ ends them; precisions save alike (16 bits a value), so the one this machine runs
 stands for them all. Then the combinations of what was measured are predicted, each
 knob's peak and speed taken as a factor of the incumbent's (a product model: rough, but
 it ranks), and tried fastest predicted first among those predicted to fit, until the next
-one is predicted slower than the fastest fit found by more than the margin. The margin, not
-the band a single reading is judged by: the prediction is a product of readings, and the
-fits it leaves out are the ones it ranks below a measured fit; under the band (up to 1.5x
-on a noisy machine) it tried 11 of the memory grid's 20 configs.
+one is predicted slower than the fastest fit measured: the model's ranking decides, and a
+near tie is settled side by side (the two fastest fits are dueled). Not within the noise
+band or the margin: on a noisy machine (a band of 1.5, a cross-process A/A of 1.2) either
+let it try 10-11 of the memory grid's 20 configs to take the fit it had predicted first.
 
 On the benchmark's memory case (20 configs) the first fit the old walk took was the slowest
 micro-batch; the fastest fit (bf16 with half the batch) lies in no single knob's range.
@@ -95,7 +95,7 @@ def search(ctx: Context, name: str, space: dict[str, list[Any]], state: State, n
         fitting = [min(combos, key=lambda c: c[1])]
     for i, (combo, _, speed) in enumerate(fitting):
         best = best_of(searches)
-        if left() <= 0 or skipped or (best is not None and speed * base_speed < best.value / ctx.margin):
+        if left() <= 0 or skipped or (best is not None and speed * base_speed < best.value):
             break
         measure(f"joint-{i}", combo)
     return searches, ran, skipped
