@@ -254,18 +254,17 @@ def test_a_candidate_within_noise_of_a_lucky_incumbent_is_compared(tmp_path):
 
 
 def test_a_lucky_start_with_a_tight_a_a_still_compares_a_candidate_its_windows_cannot_tell_apart(tmp_path):
-    """The baseline and the A/A both run in a fast spell (1.35x), and each pair of windows
-    shares the machine's swing (so the A/A's paired interval is tight) while a reading's
-    windows swing by +-25%. compile's true 1.2x reads 0.9x of the incumbent's pooled
-    estimate: beyond the A/A's width, within what the baseline's own windows say one
-    reading can stray, so it is compared side by side, and kept."""
+    """The baseline and the A/A both run in a fast spell (1.35x); a reading's windows swing
+    by 25% while side-by-side pairs share the machine's state (so the A/A's interval is
+    tight). compile's true 1.2x reads 0.9x of the incumbent's pooled estimate: beyond the
+    A/A's width, within what the baseline's own windows say one reading can stray, so it
+    is compared side by side, and kept."""
 
-    class LuckyStart(FakeRunner):
+    class LuckyStart(_Swinging):
         fast = True
 
         def draw(self, config):
-            swing = 1.25 if (self.windows_taken // 2) % 2 else 0.8  # shared by a pair's two windows
-            return super().draw(config) * swing * (1.35 if self.fast else 1.0)
+            return super().draw(config) * (1.35 if self.fast else 1.0)
 
         def measure(self, config, trace=None, on_window=None, floor=None, until=None):
             if config.compile.mode != "none":
@@ -275,9 +274,8 @@ def test_a_lucky_start_with_a_tight_a_a_still_compares_a_candidate_its_windows_c
     def speed(c):
         return 100.0 * (1.2 if c.compile.mode != "none" else 1.0)
 
-    runner = LuckyStart(speed, noise=0.005, stages=lambda c: {"forward": 0.5, "backward": 0.5})
-    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}")
-    r = Agent(runner, load_recipes(), storage, "s", Settings(only=("compile",)), FACTS).run()
+    runner = LuckyStart(speed, noise=0.005, stages=lambda c: {"forward": 0.5, "backward": 0.5}, swing=1.25)
+    r = run_agent(runner, tmp_path, only=("compile",))
     step = r.steps[0]
     assert r.noise.high / r.noise.low < 1.05, "the A/A is tight"
     assert all(t.samples_per_s < r.baseline.samples_per_s / 1.05 for t in step.trials), "every trial read low"
