@@ -102,9 +102,9 @@ class Agent:
 
         One disturbed A/A (a neighbour's burst during its windows) would set the margin of
         the whole run: 1.67x was seen on a loaded machine, which no real gain then clears.
-        An implausible one (`implausible_aa`) is measured twice more and the median of the three is kept, so
-        one burst is outvoted while a difference that repeats (placement, a steady
-        neighbour) still sets the margin. A repeat that fails keeps the first."""
+        An implausible one (`implausible_aa`) is measured twice more and the median of the
+        three is kept, so one burst is outvoted while a difference that repeats (placement,
+        a steady neighbour) still sets the margin. A repeat that fails keeps the first."""
         aa = self._compare("noise", config, config, "baseline against itself")
         if aa.failed:
             raise UserError(f"the baseline could not be measured twice side by side ({aa.failed}).")
@@ -166,8 +166,7 @@ class Agent:
                         readings=[m.ratio_only() for m in measured] if len(measured) > 1 else [])
         ctx = Context(self.storage, self.study, self.runner, Constraints(self.settings.memory_limit, base.first_losses),
                       self.settings.seed, margin, _band(aa, margin, base, measured), self._compare, self.events,
-                      pool=self.pool,
-                      lowp=r.machine.lowp_matmul)
+                      pool=self.pool, lowp=r.machine.lowp_matmul)
         ctx.note(base.config, base.samples_per_s, base.wall_s)
         for m in measured:  # each A/A's two sides: more readings of the baseline to pool
             ctx.note_pairs(base_cfg, base_cfg, m)

@@ -11,8 +11,8 @@ import torch
 
 from .record import Machine, Summary, WorkerRef
 
-__all__ = ["available_memory_bytes", "core_set", "cores", "cpu_isa", "cpu_name", "describe", "fingerprint", "fingerprint_id",
-           "growth_limit", "open_files_limit", "worker_ref"]
+__all__ = ["available_memory_bytes", "core_set", "cores", "cpu_isa", "cpu_name", "describe", "fingerprint",
+           "fingerprint_id", "growth_limit", "open_files_limit", "worker_ref"]
 
 FILES_PER_WORKER = 8  # pipes, a shared-memory handle and queues per DataLoader worker
 OVERSUBSCRIBE = 2  # CPU-bound loader workers per core worth trying, at most

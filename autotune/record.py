@@ -192,8 +192,9 @@ class Noise(Ratio):
     readings: list[Ratio] = Field(default_factory=list)
     band: float | None = Field(None, description="The factor within which a single search reading was taken "
                                "as no different from another config's (or its pooled estimate) when the run "
-                               "ended: the spread of the run's unpaired readings, never below the A/A's width or what the windows "
-                               "inside the baseline's and the A/A's readings say of one reading's average")
+                               "ended: the spread of the run's unpaired readings, never below the A/A's width or "
+                               "what the windows inside the baseline's and the A/A's readings say of one reading's "
+                               "average")
     band_dof: int = Field(0, description="The readings beyond each config's first that the band's spread pools "
                           "(0: the A/A's width alone)")
 
