@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import warnings
 from pathlib import Path
 
@@ -161,11 +162,30 @@ def _open(url: str, shared: bool) -> optuna.storages.BaseStorage:
         return optuna.storages.RDBStorage(url, engine_kwargs=engine, **storage_kwargs())
 
 
+SCHEMA_TRIES = 8  # opening attempts (0.2 s more wait each) while another process is creating the same tables
+
+
+def _schema_race(exc: BaseException) -> bool:
+    """Another process creating Optuna's tables in the same empty database at this moment:
+    PostgreSQL refuses the slower CREATE ("duplicate key value violates unique constraint
+    pg_type_typname_nsp_index", "already exists"). Opened again, the tables are there. A
+    coordinator and its first worker opening a fresh database together hit it in CI."""
+    text = str(exc)
+    return type(exc).__name__ in ("IntegrityError", "ProgrammingError") and (
+        "duplicate key" in text or "already exists" in text)
+
+
 def open_storage(url: str, shared: bool = False) -> optuna.storages.BaseStorage:
     """The storage behind `url`; `shared` (workers in other processes) turns on the
     heartbeat that finds trials whose worker died."""
     try:
-        return _open(url, shared)
+        for attempt in range(1, SCHEMA_TRIES + 1):
+            try:
+                return _open(url, shared)
+            except Exception as exc:  # noqa: BLE001 - sorted below
+                if attempt == SCHEMA_TRIES or not _schema_race(exc):
+                    raise
+                time.sleep(0.2 * attempt)
     except Exception as exc:  # noqa: BLE001 - any failure to open storage is the URL's
         msg = scrub(str(exc), url)
         first = msg.splitlines()[0][:300] if msg.strip() else "no detail"
