@@ -21,7 +21,7 @@ import hashlib
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import optuna
 
@@ -92,14 +92,7 @@ class Context:
         return self._squares()[1]
 
     def _squares(self) -> tuple[float, int]:
-        ss, dof = 0.0, 0
-        for values in self.readings.values():
-            logs = [math.log(v) for v in values if v > 0]
-            if len(logs) > 1:
-                mean = statistics.fmean(logs)
-                ss += sum((x - mean) ** 2 for x in logs)
-                dof += len(logs) - 1
-        return ss, dof
+        return log_squares(self.readings.values())
 
     @property
     def band(self) -> float:
@@ -119,11 +112,9 @@ class Context:
         return statistics.median(self.walls[-8:]) if self.walls else None
 
 
-def window_band(groups: list[list[float]], per_reading: int) -> float:
-    """The least band two single readings of `per_reading` windows each need, from the
-    windows' own spread: `SPREAD_Z` standard errors of the difference of two such means,
-    the log-spread pooled within each group (a reading's windows; an A/A side's). 1.0
-    when no group has two windows."""
+def log_squares(groups: Iterable[list[float]]) -> tuple[float, int]:
+    """The squares of each value's log around its group's mean, summed over the groups of
+    more than one, and their degrees of freedom: a spread pooled within groups."""
     ss, dof = 0.0, 0
     for values in groups:
         logs = [math.log(v) for v in values if v > 0]
@@ -131,6 +122,15 @@ def window_band(groups: list[list[float]], per_reading: int) -> float:
             mean = statistics.fmean(logs)
             ss += sum((x - mean) ** 2 for x in logs)
             dof += len(logs) - 1
+    return ss, dof
+
+
+def window_band(groups: list[list[float]], per_reading: int) -> float:
+    """The least band two single readings of `per_reading` windows each need, from the
+    windows' own spread: `SPREAD_Z` standard errors of the difference of two such means,
+    the log-spread pooled within each group (a reading's windows; an A/A side's). 1.0
+    when no group has two windows."""
+    ss, dof = log_squares(groups)
     if not dof or per_reading < 1:
         return 1.0
     return math.exp(SPREAD_Z * math.sqrt(ss / dof / per_reading) * math.sqrt(2))
