@@ -1,19 +1,27 @@
 """The fastest config that fits a memory limit, searched as an engineer does by hand.
 
-Over the limit, each memory-saving knob is measured alone first: what it saves and what
-it costs. A numeric knob (the micro-batch size) saves more the smaller it gets and costs
-speed as it does, so its values are tried from the largest down and the first that fits
-ends them; precisions save alike (16 bits a value), so the one this machine runs fastest
-stands for them all. Then the combinations of what was measured are predicted, each
-knob's peak and speed taken as a factor of the incumbent's (a product model: rough, but
-it ranks), and tried fastest predicted first among those predicted to fit, until the next
-one is predicted slower than the fastest fit measured: the model's ranking decides, and a
+Over the limit, each memory-saving knob is measured alone first, once: what it saves and
+what it costs. Precisions save alike (16 bits a value), so the one this machine runs
+fastest stands for them all. A size knob (the micro-batch) is measured at its largest
+value only and its smaller values predicted from that reading and the incumbent's:
+activation memory is linear in the micro-batch, and a sample's time is a fixed part plus
+a per-micro-step part shared by the micro-batch's samples (`c + d / m`). Walking it down
+to the first value that fits (512, 256, 128 on the benchmark's memory case) measured
+values that the fastest fit, which combines knobs, never needed.
+
+Then every combination (a smaller micro-batch alone included) is predicted, each knob's
+peak and speed taken as a factor of the incumbent's (a product model: rough, but it
+ranks), and tried fastest predicted first among those predicted to fit, until the next
+one is predicted slower than the fastest fit measured. What a measured combination reads
+against its prediction corrects the predictions of every combination holding those knobs
+(bf16 with micro-batch 512 read 0.8 of the product of each alone; bf16 with 256, and with
+256 and checkpointing, are taken to as well), so a model that flatters a pair of knobs
+does not walk all their values. The model's ranking decides, and a
 near tie is settled side by side (the two fastest fits are dueled). Not within the noise
 band or the margin: on a noisy machine (a band of 1.5, a cross-process A/A of 1.2) either
 let it try 10-11 of the memory grid's 20 configs to take the fit it had predicted first.
-
-On the benchmark's memory case (20 configs) the first fit the old walk took was the slowest
-micro-batch; the fastest fit (bf16 with half the batch) lies in no single knob's range.
+A prediction that was wrong costs one trial: a config predicted to fit that does not is
+measured, found over, and the next is tried.
 """
 
 from __future__ import annotations
@@ -27,22 +35,48 @@ from .context import Context, State
 from .record import TrialState
 from .search import RecipeSearch, best_of, normalized, stored_summary
 
+# What a size knob's null means, in its own unit, given the batch (the whole batch in one pass).
+WHOLE = {"memory.micro_batch_size": lambda batch: batch}
+
+Factors = dict[tuple[str, Any], tuple[float, float]]
+
+
+def _is_size(values: list[Any]) -> bool:
+    return bool(values) and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
 
 def singles(space: dict[str, list[Any]], state: State, lowp: dict[str, float]) -> dict[str, list[Any]]:
     """Each knob's values to try alone, in order (the incumbent's own value left out)."""
     out = {}
     for k, values in space.items():
         vals = [v for v in values if v != state.config.get(k)]
-        ints = [v for v in vals if isinstance(v, int) and not isinstance(v, bool)]
-        if ints and len(ints) == len(vals):
-            vals = sorted(ints, reverse=True)
+        if _is_size(vals):
+            vals = sorted(vals, reverse=True)
         elif k == probe.KEY and len(vals) > 1:  # one precision speaks for the memory of all
             vals = [max(vals, key=lambda v: (lowp.get(v, 0.0), -vals.index(v)))]
         out[k] = vals
     return out
 
 
-def predict(factors: dict[tuple[str, Any], tuple[float, float]], combo: dict[str, Any]) -> tuple[float, float]:
+def sizes(k: str, values: list[Any], measured: Any, factor: tuple[float, float], whole: int | None) -> Factors:
+    """Predicted (peak, speed) factors of a size knob's values below `measured`, from the
+    reading there and the incumbent's (factors 1, 1) at `whole`: peak linear in the size,
+    a sample's time `c + d / size`; never predicted faster or larger than the reading."""
+    if not whole or whole <= measured:
+        return {}
+    peak0, speed0 = factor
+    slope = (1.0 - peak0) / (whole - measured)  # peak factor per unit of size
+    d = max(0.0, (1.0 / speed0 - 1.0) / (1.0 / measured - 1.0 / whole))  # per-micro-step time, in sample times
+    c = 1.0 - d / whole
+    out = {}
+    for v in values:
+        if v < measured:
+            speed = 1.0 / (c + d / v) if c + d / v > 0 else 0.0
+            out[(k, v)] = (min(peak0, max(0.0, peak0 + slope * (v - measured))), min(speed0, speed))
+    return out
+
+
+def predict(factors: Factors, combo: dict[str, Any]) -> tuple[float, float]:
     """(peak, speed) of `combo` as factors of the incumbent's: the product of each knob's alone."""
     peak = math.prod(factors[(k, v)][0] for k, v in combo.items())
     speed = math.prod(factors[(k, v)][1] for k, v in combo.items())
@@ -55,15 +89,18 @@ def search(ctx: Context, name: str, space: dict[str, list[Any]], state: State, n
     searches (one config each), how many trials ran, how many were skipped for time."""
     base_peak, base_speed = state.summary.peak_memory_bytes, state.summary.samples_per_s
     limit = ctx.constraints.memory_limit
+    batch = ctx.runner.workload.rank_batch
     searches: list[RecipeSearch] = []
     ran = skipped = 0
-    factors: dict[tuple[str, Any], tuple[float, float]] = {}
+    factors: Factors = {}
+    measured: set[tuple] = set()
 
     def left() -> int:
         return n - sum(len(s.finished()) for s in searches)
 
     def measure(suffix: str, changes: dict[str, Any]):
         nonlocal ran, skipped
+        measured.add(_key(changes))
         s = RecipeSearch(ctx.storage, f"{name}-{suffix}", {}, normalized(state.config, changes), ctx.runner,
                          ctx.constraints, ctx.seed, pool=ctx.pool, changes_from=state.config)
         searches.append(s)
@@ -73,6 +110,7 @@ def search(ctx: Context, name: str, space: dict[str, list[Any]], state: State, n
         done = s.finished()
         return done[-1] if done else None
 
+    predicted: Factors = {}
     for k, values in singles(space, state, ctx.lowp).items():
         for v in values:
             if left() <= 0 or skipped:
@@ -80,25 +118,56 @@ def search(ctx: Context, name: str, space: dict[str, list[Any]], state: State, n
             t = measure(f"alone-{len(searches)}", {k: v})
             summary = stored_summary(t) if t is not None else None
             if summary is None or not summary.peak_memory_bytes or not summary.samples_per_s:
-                continue  # failed or out of memory: nothing to predict from
+                continue  # failed or out of memory: nothing to predict from; a size knob tries its next
             factors[(k, v)] = (summary.peak_memory_bytes / base_peak, summary.samples_per_s / base_speed)
-            if t.user_attrs.get("state") == TrialState.OK.value and isinstance(v, int) and not isinstance(v, bool):
-                break  # the largest that fits: smaller ones only cost more steps
-    tried = {k: [v for (kk, v) in factors if kk == k] for k in space}
-    combos = []
+            if _is_size(values):  # the rest of its values from this reading
+                whole = state.config.get(k) or (WHOLE[k](batch) if k in WHOLE else None)
+                more = sizes(k, values, v, factors[(k, v)], whole) if whole else {}
+                predicted |= more
+                if more or t.user_attrs.get("state") == TrialState.OK.value:
+                    break  # predicted, or the largest fits: smaller ones only cost more steps
+    known = {**predicted, **factors}
+    tried = {k: [v for (kk, v) in known if kk == k] for k in space}
+    combos = {}
     for pick in itertools.product(*([None, *vs] for vs in tried.values())):
         combo = {k: v for k, v in zip(tried, pick) if v is not None}
-        if len(combo) >= 2:
-            combos.append((combo, *predict(factors, combo)))
-    fitting = sorted((c for c in combos if c[1] * base_peak <= limit), key=lambda c: -c[2])
-    if not fitting and combos:  # nothing predicted to fit: the one predicted smallest
-        fitting = [min(combos, key=lambda c: c[1])]
-    for i, (combo, _, speed) in enumerate(fitting):
+        if combo and _key(combo) not in measured:
+            combos[_key(combo)] = combo
+    adjust: dict[frozenset, tuple[float, float]] = {}  # measured over predicted, per set of knobs combined
+
+    def forecast(combo: dict[str, Any]) -> tuple[float, float]:
+        """The product model, times what each measured set of these knobs read against it."""
+        peak, speed = predict(known, combo)
+        for knobs, (by_peak, by_speed) in adjust.items():
+            if knobs <= combo.keys():
+                peak, speed = peak * by_peak, speed * by_speed
+        return peak, speed
+
+    while combos and left() > 0 and not skipped:
+        scored = [(c, *forecast(c)) for c in combos.values()]
+        fitting = [x for x in scored if x[1] * base_peak <= limit]
         best = best_of(searches)
-        if left() <= 0 or skipped or (best is not None and speed * base_speed < best.value):
+        if fitting:
+            combo, _, speed = max(fitting, key=lambda x: x[2])
+            if best is not None and speed * base_speed < best.value:
+                break  # the fastest fit measured beats every prediction left
+        elif best is None:  # nothing predicted to fit, nothing fits yet: the one predicted smallest
+            combo = min(scored, key=lambda x: x[1])[0]
+        else:
             break
-        measure(f"joint-{i}", combo)
+        del combos[_key(combo)]
+        t = measure(f"joint-{len(searches)}", combo)
+        summary = stored_summary(t) if t is not None else None
+        peak0, speed0 = forecast(combo)
+        if summary and summary.peak_memory_bytes and summary.samples_per_s and peak0 > 0 and speed0 > 0 \
+                and len(combo) > 1:  # how these knobs interact (bf16 with a micro-batch), at their other values too
+            adjust[frozenset(combo)] = (summary.peak_memory_bytes / base_peak / peak0,
+                                        summary.samples_per_s / base_speed / speed0)
     return searches, ran, skipped
+
+
+def _key(changes: dict[str, Any]) -> tuple:
+    return tuple(sorted(changes.items(), key=str))
 
 
 def applies(space: dict[str, list[Any]], state: State, limit: int | None) -> bool:

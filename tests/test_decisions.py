@@ -223,6 +223,39 @@ def test_the_fastest_fit_of_two_knobs_neither_of_which_fits_alone_is_found_in_fe
     assert all(t.changes for t in step.trials), "the config over the limit is not measured again"
 
 
+def test_a_micro_batch_is_measured_once_and_a_flattered_pair_of_knobs_is_not_walked(tmp_path):
+    """The benchmark's memory case on a Zen 4, in miniature: bf16 alone, half the batch
+    alone and checkpointing alone each read their factors; bf16 with half the batch reads
+    only 0.8 of what their product promised. The smaller micro-batches are predicted from
+    the one reading (none is walked down to), and the pair's shortfall lowers the
+    prediction of bf16 with half the batch and checkpointing, which is then not measured:
+    bf16 with checkpointing, the fastest fit, is found in five trials."""
+
+    def memory(c):
+        mb = c.memory.micro_batch_size or 32
+        mem = 190.0 * (0.61 if c.precision.amp == "bf16" else 1.0) * (0.24 + 0.76 * mb / 32)
+        return int(mem * (0.52 if c.memory.activation_checkpointing else 1.0))
+
+    def speed(c):
+        bf16, mb, ckpt = c.precision.amp == "bf16", c.memory.micro_batch_size, c.memory.activation_checkpointing
+        s = 100.0 * (1.36 if bf16 else 1.0) * {None: 1.0, 16: 1.05, 8: 0.9, 4: 0.7, 2: 0.5}[mb]
+        s *= 0.88 if ckpt else 1.0
+        return s * (0.8 if bf16 and mb else 1.0) * (0.6 if mb and ckpt else 1.0)
+
+    runner = FakeRunner(speed, memory=memory, noise=0.01, stages=lambda c: {"forward": 0.5, "backward": 0.5},
+                        lowp={"bf16": 1.5})
+    r = run_agent(runner, tmp_path, memory_limit=100)
+    step = r.steps[0]
+    assert step.recipe == "memory-joint" and step.accepted, (step.recipe, step.reason)
+    tried = [(t.config["precision.amp"], t.config["memory.micro_batch_size"],
+              t.config["memory.activation_checkpointing"]) for t in step.trials]
+    assert [m for a, m, k in tried if a == "none" and not k] == [16], tried  # one micro-batch alone
+    assert ("bf16", 16, True) not in tried, tried
+    assert len(tried) <= 5, tried
+    assert (step.after_config["precision.amp"], step.after_config["memory.micro_batch_size"],
+            step.after_config["memory.activation_checkpointing"]) == ("bf16", None, True)
+
+
 def test_a_candidate_within_noise_of_a_lucky_incumbent_is_compared(tmp_path):
     """The baseline's single measurement reads 46% high; compile's true gain (1.2x) reads
     as a loss against it, but the incumbent's estimate pools the A/A's readings too, so
