@@ -87,9 +87,14 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     def left() -> int:
         return n - sum(len(s.finished()) for s in searches)
 
-    def best() -> tuple[TrainConfig, float]:
+    def best(within_noise: bool = False) -> tuple[TrainConfig, float]:
+        """The best config found and its reading: the incumbent unless a trial read above
+        its estimate, or (`within_noise`, where to search on from) came within the noise
+        band of it. A lucky incumbent reading (decode_bound's baseline read 1.3x what its
+        later readings did) must not send the other knobs back to it: prefetch depth and
+        persistent workers tried from 0 workers change nothing, and were never tried."""
         top = best_of(searches)
-        if top is None or top.value < est:
+        if top is None or top.value < (est / ctx.band if within_noise else est):
             return state.config, est
         return TrainConfig().with_changes(top.user_attrs["config"]), top.value
 
@@ -102,7 +107,7 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
             break
     if down and best()[0].get(lead) == inc and left() > 0:  # up did not help: the other way
         stage(f"{lead}-down", {lead: down}, state.config, left(), one_by_one=True)
-    start, _ = best()
+    start, _ = best(within_noise=True)
     at = start.get(lead)
     rungs = sorted({*up, *down, *([here] if here is not None else [])})
     if at in rungs:
@@ -111,7 +116,7 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         between = [v for v in values if lo < v < hi and v not in rungs]
         if between and left() > 0:
             stage(f"{lead}-between", {lead: between}, start, left())
-    start, top = best()
+    start, top = best(within_noise=True)
     alone: list[RecipeSearch] = []
     for j, (k, v) in enumerate((k, v) for k, vs in space.items() if k != lead for v in vs if v != start.get(k)):
         if left() > 0:  # each other knob alone, from the best found

@@ -133,6 +133,30 @@ def test_one_low_reading_at_the_top_of_the_range_does_not_close_it(tmp_path):
     assert r.final_config["data.num_workers"] > top
 
 
+def test_the_loaders_other_knobs_are_tried_from_its_best_rung_when_it_reads_within_noise_of_the_incumbent(tmp_path):
+    """Workers alone gain nothing here: each window is a new epoch and non-persistent
+    workers start again at every one (decode_bound's rungs read 0.93 of a baseline that
+    had read high). Persistent workers are what helps, and only with workers: tried from
+    the incumbent's 0 workers they change nothing, so they must be tried from the best
+    rung, which read within the noise of the incumbent, not from the incumbent."""
+
+    def speed(c):  # CPU-bound decoding on 2 cores: past 2 workers they fight the step for the cores
+        w = c.data.num_workers
+        return 100.0 * {0: 1.0, 1: 0.8, 2: 0.97, 3: 0.95}.get(w, 0.6) * (1.3 if w and c.data.persistent_workers else 1.0)
+
+    def stages(c):
+        return {"data": 0.5, "forward": 0.25, "backward": 0.25} if speed(c) < 110 else \
+            {"data": 0.02, "forward": 0.49, "backward": 0.49}
+
+    runner = FakeRunner(speed, stages=stages, noise=0.01)
+    r = run_agent(runner, tmp_path, only=("dataloader",))
+    step = r.steps[0]
+    assert any(t.config["data.persistent_workers"] and t.config["data.num_workers"] for t in step.trials), \
+        [t.changes for t in step.trials]
+    assert step.accepted, step.reason
+    assert r.final_config["data.persistent_workers"] and r.final_config["data.num_workers"] > 0
+
+
 def test_the_memory_search_takes_the_fastest_fit_not_the_first(tmp_path):
     """bf16 alone does not fit; micro-batching or checkpointing alone fit but cost speed;
     bf16 with a moderate micro-batch fits and is the fastest."""
