@@ -31,6 +31,7 @@ from .record import (Bottleneck, Brief, Budget, Comparison, FailureKind, Noise, 
                      StudyRef, Summary)
 from .context import BAND_CAP, Context, State, window_band
 from .rounds import play
+from .decide import pooled
 from .runner import TrialRunner
 from .search import Constraints, fits, quiet_optuna, trial_record
 from .stats import noise_margin, paired_ratio
@@ -64,6 +65,7 @@ class Agent:
     report: Report = field(init=False)
 
     def __post_init__(self) -> None:
+        self._turns = 0  # comparisons measured by this process: which side opens first alternates
         self.fingerprint = fingerprint(self.runner, self.recipes, self.settings.memory_limit)
         self.study, self.study_note = choose_study(self.storage, self.study, self.fingerprint, self.settings.resume)
         self.report = self._header()
@@ -84,13 +86,26 @@ class Agent:
         return value
 
     def _compare(self, key: str, a: TrainConfig, b: TrainConfig, what: str) -> Comparison:
-        """B over A from windows taken in turns; `failed` says why when one could not run."""
+        """B over A from windows taken in turns; `failed` says why when one could not run.
+
+        Which of the two is opened (and built) first alternates from one comparison to the
+        next: two identical configs side by side can read apart by where they were placed
+        (three A/As of resnet_jpeg read 0.90-0.93, the second one opened slower), and a
+        candidate always opened second would carry that into every look at it. Alternated,
+        a first look and its fresh one carry it in opposite directions, and a placebo's
+        fresh pairs do not repeat its first look's luck (FakeRunner with a +5% second-side
+        bias and 5% window noise, two A/As and five looks: 0 of 200 placebo runs accepted,
+        7 of 100 without alternating)."""
 
         def run() -> Comparison:
             checkpoint("compare")
             self.events.phase(f"comparing {what}")
+            self._turns += 1
             try:
-                xs, ys = self.runner.interleave(a, b, self.runner.protocol.windows)
+                if self._turns % 2:
+                    xs, ys = self.runner.interleave(a, b, self.runner.protocol.windows)
+                else:
+                    ys, xs = self.runner.interleave(b, a, self.runner.protocol.windows)
             except TrialFailed as exc:
                 return Comparison(ratio=None, low=None, high=None, pairs=0, failed=f"{exc.kind.value}: {exc.reason}")
             return Comparison(**paired_ratio(xs, ys), a=xs, b=ys)
@@ -100,23 +115,33 @@ class Agent:
     def _noise(self, config: TrainConfig) -> tuple[Comparison, list[Comparison]]:
         """The A/A that sets the margin, and every A/A measured for it.
 
-        One disturbed A/A (a neighbour's burst during its windows) would set the margin of
-        the whole run: 1.67x was seen on a loaded machine, which no real gain then clears.
-        An implausible one (`implausible_aa`) is measured twice more and the median of the
-        three is kept, so one burst is outvoted while a difference that repeats (placement,
-        a steady neighbour) still sets the margin. A repeat that fails keeps the first."""
-        aa = self._compare("noise", config, config, "baseline against itself")
-        if aa.failed:
-            raise UserError(f"the baseline could not be measured twice side by side ({aa.failed}).")
+        Two A/As, each from a fresh pair of sessions, pooled: with windows varying 10%,
+        one A/A of five pairs strays from 1 by ~6% on its own, and that stray became the
+        margin every gain had to clear (a true 1.08x gain was kept in 7 of 100 FakeRunner
+        runs with one A/A, 21 with two pooled, while placebos were kept no more often).
+
+        One disturbed A/A (a neighbour's burst during its windows) would still set the
+        margin of the whole run: 1.67x was seen on a loaded machine, which no real gain then
+        clears. When the pooled A/A is implausible (`implausible_aa`), a third is measured
+        and the one farthest from 1 is dropped, the other two pooled: one burst is outvoted
+        while a difference that repeats (placement, a steady neighbour) still sets the
+        margin. A repeat that fails keeps what was measured before it."""
+        first = self._compare("noise", config, config, "baseline against itself")
+        if first.failed:
+            raise UserError(f"the baseline could not be measured twice side by side ({first.failed}).")
+        second = self._compare("noise:2", config, config, "baseline against itself again")
+        if second.failed or second.ratio is None:
+            return first, [first]
+        measured = [first, second]
+        aa = pooled(first, second)
         if not implausible_aa(aa):
-            return aa, [aa]
-        measured = [aa]
-        for i in (2, 3):
-            again = self._compare(f"noise:{i}", config, config, f"baseline against itself again ({i} of 3)")
-            if again.failed or again.ratio is None:
-                return aa, measured
-            measured.append(again)
-        return sorted(measured, key=lambda c: abs(math.log(c.ratio)))[1], measured
+            return aa, measured
+        third = self._compare("noise:3", config, config, "baseline against itself a third time")
+        if third.failed or third.ratio is None:
+            return aa, measured
+        measured.append(third)
+        kept = sorted(measured, key=lambda c: abs(math.log(c.ratio)))[:2]
+        return pooled(*kept), measured
 
     # --- the loop ------------------------------------------------------------------------
     def _state(self, config: TrainConfig, summary: Summary) -> State:
@@ -163,7 +188,7 @@ class Agent:
         aa, measured = self._noise(base_cfg)
         margin = noise_margin(aa.ratio, aa.pairs, MIN_GAIN)
         r.noise = Noise(ratio=aa.ratio, low=aa.low, high=aa.high, pairs=aa.pairs, margin=margin, min_gain=MIN_GAIN,
-                        readings=[m.ratio_only() for m in measured] if len(measured) > 1 else [])
+                        readings=[m.ratio_only() for m in measured])
         ctx = Context(self.storage, self.study, self.runner, Constraints(self.settings.memory_limit, base.first_losses),
                       self.settings.seed, margin, _band(aa, margin, base, measured), self._compare, self.events,
                       pool=self.pool, lowp=r.machine.lowp_matmul)

@@ -183,9 +183,10 @@ class Comparison(Ratio):
 class Noise(Ratio):
     """The baseline against itself (A/A): what "no change" measures as here.
 
-    When the first A/A is implausible (identical configs measured apart beyond their own
-    interval), it is measured twice more and the median one (by distance from 1) sets the
-    margin; `readings` holds all of them."""
+    Two A/As from fresh pairs of sessions, pooled. When the pooled one is implausible
+    (identical configs measured apart beyond their own interval, or by more than twice the
+    least gain), a third is measured and the two nearest 1 are pooled; `readings` holds
+    every A/A measured (one alone: the second failed)."""
 
     margin: float
     min_gain: float

@@ -225,11 +225,14 @@ def noise_text(report: Report) -> str:
     margin = (f"; a change is accepted only when its CI's low end clears {fmt_ratio(n.margin)}"
               if number(n.margin) is not None else "")
     again = ""
-    if len(n.readings) > 1:
-        all_ = ", ".join(fmt_ratio(m.ratio) for m in n.readings)
-        which = "the median one" if len(n.readings) == 3 else "the first (a repeat failed)"
-        again = (f" The first A/A was implausible for identical configs, so it was measured {len(n.readings)} "
-                 f"times ({all_}) and {which} sets the margin.")
+    all_ = ", ".join(fmt_ratio(m.ratio) for m in n.readings)
+    if len(n.readings) == 2:
+        again = f" Two A/As, each from a fresh pair of sessions ({all_}), pooled."
+    elif len(n.readings) == 3:
+        again = (f" The two A/As pooled were implausible for identical configs, so a third was measured ({all_}) "
+                 "and the two nearest 1, pooled, set the margin.")
+    elif len(n.readings) == 1:
+        again = " A second A/A failed, so the first alone sets the margin."
     band = ""
     if number(n.band) is not None:
         whence = (f"the spread of this run's unpaired readings of one config: {n.band_dof} repeats, taken apart in time"
