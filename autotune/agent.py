@@ -318,12 +318,19 @@ def implausible_aa(aa: Comparison) -> bool:
 
 def _band(aa: Comparison, margin: float, base: Summary, measured: list[Comparison]) -> float:
     """How far apart two single readings of one config fall here before the run has read
-    any config often enough to say: the A/A interval's width, or what the baseline's and
-    the A/A sides' windows say one reading's average can stray (not above `BAND_CAP`),
-    never narrower than the acceptance margin itself."""
+    any config often enough to say: one A/A's interval width (a single A/A's, as wide as a
+    reading's windows make it: the median of those measured, not the pooled A/A's, which
+    holds twice the pairs of a reading), or what the baseline's and the A/A sides' windows
+    say one reading's average can stray (not above `BAND_CAP`), never narrower than the
+    acceptance margin itself."""
     windows = window_band([base.windows_samples_per_s] + [side for m in measured for side in (m.a, m.b) if side],
                           len(base.windows_samples_per_s))
-    aa_width = aa.high / aa.low if aa.measured and aa.low else 1.10
+    widths = sorted(math.log(m.high / m.low) for m in measured if m.measured and m.low)
+    if widths:
+        mid = len(widths) // 2
+        aa_width = math.exp(widths[mid] if len(widths) % 2 else (widths[mid - 1] + widths[mid]) / 2)
+    else:
+        aa_width = aa.high / aa.low if aa.measured and aa.low else 1.10
     return max(margin, aa_width, min(BAND_CAP, windows))
 
 

@@ -831,3 +831,22 @@ def test_workers_are_climbed_with_the_compute_threads_first_where_compute_domina
 
 def test_workers_are_climbed_with_one_thread_first_where_loading_dominates(tmp_path, monkeypatch):
     assert _first_loader_trial(tmp_path, monkeypatch, data=0.9)["backend.num_threads"] == 1
+
+
+def test_the_band_a_single_reading_is_judged_by_is_one_aas_width_not_the_pooled_aas():
+    """Two A/As are pooled for the margin, but a search reading has one A/A's worth of
+    windows: the band's floor is a single A/A's width, wider than the pooled one's."""
+    from autotune.agent import _band
+    from autotune.config import TrainConfig
+    from autotune.decide import pooled
+    from autotune.record import Comparison
+    from autotune.stats import paired_ratio
+
+    a = [100.0, 100.0, 100.0, 100.0, 100.0]
+    b1, b2 = [112.0, 90.0, 108.0, 93.0, 99.0], [91.0, 110.0, 94.0, 107.0, 100.0]
+    first, second = (Comparison(**paired_ratio(a, b), a=a, b=b) for b in (b1, b2))
+    both = pooled(first, second)
+    assert both.high / both.low < first.high / first.low
+    steady = FakeRunner(lambda c: 100.0, noise=0.0).open(TrainConfig()).summary()
+    band = _band(both, 1.03, steady, [first, second])
+    assert band >= min(first.high / first.low, second.high / second.low) * 0.999
