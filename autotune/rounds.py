@@ -199,7 +199,10 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
             where = ("the best trial sat at the top of the range" if high == top else
                      "the trial at the top of the range read within the noise of the best" if start is at_top else
                      f"the best trial ({high}) sat in the range's top octave")
-            summary, config = stored_summary(start), TrainConfig().with_changes(start.user_attrs["config"])
+            # Grown from the best config found, whichever trial showed the range too small: its
+            # other knobs (persistent workers, prefetch depth) came from the search too, and
+            # 16 workers restarted at every epoch read below 6 persistent ones (input_bound).
+            summary, config = stored_summary(best), TrainConfig().with_changes(best.user_attrs["config"])
             limit = min(machine.growth_limit(knob.key, summary), machine.growth_limit(knob.key, state.summary))
             values = sorted({min(v, limit) for v in (2 * top, 4 * top)} - {top})
             values = [v for v in values if v > top]
@@ -208,7 +211,7 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
                                f"({limit}, from memory and open files per worker and how much of the data wait is CPU "
                                f"work); range not grown"))
                 return out
-            # The top config was just measured: it is the grown search's known incumbent.
+            # The best config was measured: it is the grown search's known incumbent.
             grow = RecipeSearch(ctx.storage, f"{name}-grow{i + 1}", {knob.key: values}, config, ctx.runner,
                                 ctx.constraints, ctx.seed, pool=ctx.pool, incumbent_known=True, changes_from=state.config)
             ran = grow.run(min(len(values), trials_left), deadline,

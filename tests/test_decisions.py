@@ -157,6 +157,29 @@ def test_the_loaders_other_knobs_are_tried_from_its_best_rung_when_it_reads_with
     assert r.final_config["data.persistent_workers"] and r.final_config["data.num_workers"] > 0
 
 
+def test_a_grown_range_keeps_the_best_configs_other_knobs(tmp_path):
+    """Remote-store latency: more workers keep helping past the range (the top rung read a
+    dip), and persistent workers add a little. The best trial (6 persistent workers) is not
+    at the top, whose plain config read within the noise of it and shows the range too
+    small; the range grows from the best config, persistent workers and all."""
+    top = max(load_recipes()[0].space("cpu", machine.cores(), 32)["data.num_workers"])
+
+    def speed(c):
+        w = c.data.num_workers
+        return (700.0 if w == top else 100.0 * (1 + w)) * (1.04 if w and c.data.persistent_workers else 1.0)
+
+    def stages(c):
+        return {"data": 0.9, "forward": 0.05, "backward": 0.05} if c.data.num_workers < 40 else \
+            {"data": 0.0, "forward": 0.5, "backward": 0.5}
+
+    r = run_agent(FakeRunner(speed, stages=stages, noise=0.01), tmp_path, only=("dataloader",))
+    step = r.steps[0]
+    grown = [t for t in step.trials if t.config["data.num_workers"] > top]
+    assert step.grown and grown, (step.grown, [t.changes for t in step.trials])
+    assert all(t.config["data.persistent_workers"] for t in grown), [t.changes for t in grown]
+    assert r.final_config["data.num_workers"] > top and r.final_config["data.persistent_workers"]
+
+
 def test_the_memory_search_takes_the_fastest_fit_not_the_first(tmp_path):
     """bf16 alone does not fit; micro-batching or checkpointing alone fit but cost speed;
     bf16 with a moderate micro-batch fits and is the fastest."""
