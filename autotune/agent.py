@@ -118,7 +118,8 @@ class Agent:
         Two A/As, each from a fresh pair of sessions, pooled: with windows varying 10%,
         one A/A of five pairs strays from 1 by ~6% on its own, and that stray became the
         margin every gain had to clear (a true 1.08x gain was kept in 7 of 100 FakeRunner
-        runs with one A/A, 21 with two pooled, while placebos were kept no more often).
+        runs with one A/A, 21 with two pooled, five fresh looks either way; placebos were
+        kept no more often).
 
         One disturbed A/A (a neighbour's burst during its windows) would still set the
         margin of the whole run: 1.67x was seen on a loaded machine, which no real gain then
