@@ -9,6 +9,7 @@ the same command resumes: nothing finished is measured again. The agent fills on
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
@@ -326,10 +327,9 @@ def _band(aa: Comparison, margin: float, base: Summary, measured: list[Compariso
     acceptance margin itself."""
     windows = window_band([base.windows_samples_per_s] + [side for m in measured for side in (m.a, m.b) if side],
                           len(base.windows_samples_per_s))
-    widths = sorted(math.log(m.high / m.low) for m in measured if m.measured and m.low)
+    widths = [math.log(m.high / m.low) for m in measured if m.measured and m.low]
     if widths:
-        mid = len(widths) // 2
-        aa_width = math.exp(widths[mid] if len(widths) % 2 else (widths[mid - 1] + widths[mid]) / 2)
+        aa_width = math.exp(statistics.median(widths))
     else:
         aa_width = aa.high / aa.low if aa.measured and aa.low else 1.10
     return max(margin, aa_width, min(BAND_CAP, windows))

@@ -31,7 +31,8 @@ import math
 from typing import Any, Callable
 
 from . import probe
-from .context import Context, State
+from .context import Context, State, key
+from .ladder import ints
 from .record import TrialState
 from .search import RecipeSearch, best_of, normalized, stored_summary
 
@@ -42,7 +43,7 @@ Factors = dict[tuple[str, Any], tuple[float, float]]
 
 
 def _is_size(values: list[Any]) -> bool:
-    return bool(values) and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+    return bool(values) and len(ints(values)) == len(values)
 
 
 def singles(space: dict[str, list[Any]], state: State, lowp: dict[str, float]) -> dict[str, list[Any]]:
@@ -93,14 +94,14 @@ def search(ctx: Context, name: str, space: dict[str, list[Any]], state: State, n
     searches: list[RecipeSearch] = []
     ran = skipped = 0
     factors: Factors = {}
-    measured: set[tuple] = set()
+    measured: set[str] = set()
 
     def left() -> int:
         return n - sum(len(s.finished()) for s in searches)
 
     def measure(suffix: str, changes: dict[str, Any]):
         nonlocal ran, skipped
-        measured.add(_key(changes))
+        measured.add(key(changes))
         s = RecipeSearch(ctx.storage, f"{name}-{suffix}", {}, normalized(state.config, changes), ctx.runner,
                          ctx.constraints, ctx.seed, pool=ctx.pool, changes_from=state.config)
         searches.append(s)
@@ -131,8 +132,8 @@ def search(ctx: Context, name: str, space: dict[str, list[Any]], state: State, n
     combos = {}
     for pick in itertools.product(*([None, *vs] for vs in tried.values())):
         combo = {k: v for k, v in zip(tried, pick) if v is not None}
-        if combo and _key(combo) not in measured:
-            combos[_key(combo)] = combo
+        if combo and key(combo) not in measured:
+            combos[key(combo)] = combo
     adjust: dict[frozenset, tuple[float, float]] = {}  # measured over predicted, per set of knobs combined
 
     def forecast(combo: dict[str, Any]) -> tuple[float, float]:
@@ -155,7 +156,7 @@ def search(ctx: Context, name: str, space: dict[str, list[Any]], state: State, n
             combo = min(scored, key=lambda x: x[1])[0]
         else:
             break
-        del combos[_key(combo)]
+        del combos[key(combo)]
         t = measure(f"joint-{len(searches)}", combo)
         summary = stored_summary(t) if t is not None else None
         peak0, speed0 = forecast(combo)
@@ -164,10 +165,6 @@ def search(ctx: Context, name: str, space: dict[str, list[Any]], state: State, n
             adjust[frozenset(combo)] = (summary.peak_memory_bytes / base_peak / peak0,
                                         summary.samples_per_s / base_speed / speed0)
     return searches, ran, skipped
-
-
-def _key(changes: dict[str, Any]) -> tuple:
-    return tuple(sorted(changes.items(), key=str))
 
 
 def applies(space: dict[str, list[Any]], state: State, limit: int | None) -> bool:
