@@ -45,8 +45,11 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     incumbent again.
 
     `climb_with` (a knob and its values, most promising first) climbs the ladder at each of
-    its values in turn until one climb beats the incumbent: the knob that decides whether
-    the lever helps at all (intra-op threads, which loader workers fight for the cores)."""
+    its values in turn until a climb reads within the noise of the incumbent: the knob that
+    decides whether the lever helps at all (intra-op threads, which loader workers fight for
+    the cores). A climb that holds its own is not repeated at the knob's other values: they
+    are tried once each from its best rung, with the other knobs (decode_bound spent three
+    of its nine trials on a second climb after a lucky baseline reading)."""
     lead = next(iter(space))
     inc = state.config.get(lead)
     here = inc if isinstance(inc, (int, float)) and not isinstance(inc, bool) else None
@@ -99,12 +102,13 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         return TrainConfig().with_changes(top.user_attrs["config"]), top.value
 
     with_key, with_values = climb_with if climb_with else (None, [state.config.get(lead)])
-    for cv in with_values:  # the ladder, at each value of the deciding knob until one gains
+    for cv in with_values:  # the ladder, at each value of the deciding knob until one holds its own
         start = state.config if with_key is None else state.config.with_changes({with_key: cv})
         if up and left() > 0:
             stage(lead if with_key is None else f"{lead}-{cv}", {lead: up}, start, left(), one_by_one=True)
-        if best()[1] > est:
-            break
+        if best(within_noise=True)[0] is not state.config:
+            break  # a rung read within the noise of the incumbent: the side-by-side comparison decides,
+            # and the knob's other values are tried once from that rung with the other knobs below
     if down and best()[0].get(lead) == inc and left() > 0:  # up did not help: the other way
         stage(f"{lead}-down", {lead: down}, state.config, left(), one_by_one=True)
     start, _ = best(within_noise=True)

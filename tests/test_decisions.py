@@ -748,6 +748,30 @@ def test_workers_that_only_help_with_fewer_threads_are_found(tmp_path):
     assert len(step.trials) <= 8
 
 
+def test_a_climb_that_holds_its_own_is_not_climbed_again_at_the_other_thread_count(tmp_path, monkeypatch):
+    """Workers read level with the incumbent at one thread (within the noise: the side-by-side
+    comparison decides) and lose at the default: the default's ladder is not climbed; the
+    default is tried once, from the best rung, and persistent workers, which help, are found
+    (decode_bound spent three of its nine trials on the second climb)."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+
+    def speed(c):
+        w, one = c.data.num_workers, c.backend.num_threads == 1
+        level = {0: 100.0}.get(w, 99.0 if one else 75.0)
+        return level * (1.3 if w and c.data.persistent_workers else 1.0)
+
+    def stages(c):
+        data = 0.6 if speed(c) < 110 else 0.1
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
+
+    r = run_agent(FakeRunner(speed, noise=0.01, stages=stages), tmp_path, only=("dataloader",))
+    step = r.steps[0]
+    at_default = {t.config["data.num_workers"] for t in step.trials if t.config["backend.num_threads"] is None}
+    assert step.trials[0].config["backend.num_threads"] == 1
+    assert len(at_default) <= 1, [t.changes for t in step.trials]
+    assert step.accepted and r.final_config["data.persistent_workers"], step.reason
+
+
 def test_a_gain_inside_the_noise_is_measured_again_once_another_change_is_kept(tmp_path, monkeypatch):
     """One thread gains 2% on the default step (inside the 3% margin: rejected), 30% once the
     fused optimizer has removed the larger cost (seen: overhead_bound's grid's best is
