@@ -64,6 +64,9 @@ class Context:
     pool: Any = None  # an `autotune.pool.Dispatcher` when workers measure the trials
     live: list = field(default_factory=list)  # the round in progress' searches (an interrupted run reports them)
     lowp: dict[str, float] = field(default_factory=dict)  # the low-precision probe (`autotune.probe`)
+    nulls: list[Comparison] = field(default_factory=list)  # every A/A: the spread between fresh pairs of sessions
+    looked: list[list[Comparison]] = field(default_factory=list)  # each candidate's fresh looks, for the same spread
+    min_gain: float = 0.03  # the least gain worth keeping, whatever the noise
 
     def note(self, config: dict[str, Any], value: float | None, wall: float | None = None) -> None:
         if value is not None:

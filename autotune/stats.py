@@ -41,3 +41,45 @@ def noise_margin(ratio: float | None, pairs: int, min_gain: float) -> float:
     ok = pairs and ratio is not None and math.isfinite(ratio) and ratio > 0
     bias = abs(math.log(ratio)) if ok else 0.0
     return math.exp(max(bias, math.log1p(min_gain)))
+
+
+def looks_ratio(looks: list[tuple[list[float], list[float]]],
+                nulls: list[tuple[list[float], list[float]]],
+                others: list[list[tuple[list[float], list[float]]]] = ()) -> dict[str, float]:
+    """Throughput ratio b/a over several comparisons ("looks"), each from a fresh pair of
+    sessions, with a 95% interval whose spread is the one *between* looks.
+
+    Windows of one session share its placement and disturbances, so the pairs of one
+    comparison are not independent draws: pooling the pairs of five comparisons as if
+    they were shrinks the interval below what a sixth comparison would show. Here each
+    look counts once (its mean log ratio), and the variance of one look's mean is pooled
+    from the looks' deviations around their mean, the `nulls`' (A/As: identical configs,
+    whose true ratio is 1) deviations from 0 and each of `others`' (earlier candidates'
+    looks) deviations around its own mean, never below what the looks' own pairs say of
+    it; Student's t with the pooled degrees of freedom. `dof` says how many it had."""
+    def mean_logs(a: list[float], b: list[float]) -> list[float]:
+        return [math.log(y / x) for x, y in zip(a, b) if x > 0 and y > 0]
+
+    means, within = [], []
+    for a, b in looks:
+        if len(logs := mean_logs(a, b)) > 1:
+            means.append(statistics.fmean(logs))
+            within.append(statistics.variance(logs) / len(logs))
+    k = len(means)
+    if not k:
+        return {"ratio": float("nan"), "low": float("nan"), "high": float("nan"), "pairs": 0, "looks": 0, "dof": 0}
+    m = statistics.fmean(means)
+    ss, dof = sum((x - m) ** 2 for x in means), k - 1
+    for a, b in nulls:
+        if logs := mean_logs(a, b):
+            ss, dof = ss + statistics.fmean(logs) ** 2, dof + 1
+    for group in others:
+        ms = [statistics.fmean(logs) for a, b in group if (logs := mean_logs(a, b))]
+        if len(ms) > 1:
+            g = statistics.fmean(ms)
+            ss, dof = ss + sum((x - g) ** 2 for x in ms), dof + len(ms) - 1
+    var = max(ss / dof if dof else float("inf"), statistics.fmean(within))
+    half = t95(dof) * math.sqrt(var / k)
+    pairs = sum(min(len(a), len(b)) for a, b in looks)
+    return {"ratio": math.exp(m), "low": math.exp(m - half), "high": math.exp(m + half), "pairs": pairs,
+            "looks": k, "dof": dof}

@@ -35,9 +35,10 @@ class FakeHandle:
 
     def __init__(self, runner: FakeRunner, config: TrainConfig) -> None:
         self.runner, self.config, self.windows = runner, config, []
+        self.level = 1 + runner.rng.gauss(0, runner.session) if runner.session else 1.0
 
     def window(self) -> float:
-        v = self.runner.draw(self.config)
+        v = self.runner.draw(self.config) * self.level
         self.windows.append(v)
         return v
 
@@ -72,13 +73,17 @@ class FakeHandle:
 
 
 class FakeRunner(Runner):
-    """Measures nothing: a window's throughput is `speed(config)` x drift x (1 + noise).
+    """Measures nothing: a window's throughput is `speed(config)` x drift x its session's
+    offset x (1 + noise).
 
     Args:
         speed: True throughput of a config; may raise `TrialFailed` to imitate a crash.
         noise: Standard deviation of each window's relative error.
         drift: Relative change of the machine's speed per window taken (any config), as
             when a machine warms up or a neighbour starts: windows taken in turns cancel it.
+        session: Standard deviation of a session's relative offset: each measurement and
+            each side of a comparison is its own process, placed and disturbed on its own,
+            so its windows share an error that pairing inside one comparison cannot cancel.
         stages: Stage shares of a config's step.
         memory: Peak bytes of a config.
         losses: First losses of a config (default: the same for every config).
@@ -94,10 +99,12 @@ class FakeRunner(Runner):
                  memory: Callable[[TrainConfig], int] | None = None,
                  losses: Callable[[TrainConfig], list[float]] | None = None,
                  signals: Callable[[TrainConfig], dict] | None = None, batch_size: int = 32,
-                 protocol: Protocol | None = None, lowp: dict[str, float] | None = None) -> None:
+                 protocol: Protocol | None = None, lowp: dict[str, float] | None = None,
+                 session: float = 0.0) -> None:
         super().__init__(_dummy_workload(batch_size), "fake.py", torch.device("cpu"), protocol or Protocol(windows=4),
                          isolate=False)
         self.speed, self.noise, self.drift, self.rng = speed, noise, drift, random.Random(seed)
+        self.session = session
         self.stages = stages or (lambda c: DEFAULT_STAGES)
         self.memory = memory or (lambda c: 1000)
         self.losses = losses or (lambda c: [1.0, 0.9])

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from autotune.stats import _T95, noise_margin, paired_ratio, t95
+from autotune.stats import _T95, looks_ratio, noise_margin, paired_ratio, t95
 
 # --- paired_ratio --------------------------------------------------------------------------
 
@@ -157,3 +157,61 @@ def test_margin_is_never_below_1_plus_min_gain(ratio, min_gain):
                                           (1.5, 0), (None, 0)])
 def test_margin_without_a_usable_aa_ratio_is_1_plus_min_gain(ratio, pairs):
     assert noise_margin(ratio, pairs, 0.03) == pytest.approx(1.03, rel=1e-12)
+
+
+# --- looks_ratio ---------------------------------------------------------------------------
+
+BASE = [100.0] * 5
+
+
+def _look(ratio: float, jitter: float = 0.0) -> tuple[list[float], list[float]]:
+    """Five pairs whose log ratios are log(ratio) +- jitter, alternating (mean exactly log(ratio))."""
+    signs = [1, -1, 1, -1, 0]
+    return BASE, [100.0 * ratio * math.exp(s * jitter) for s in signs]
+
+
+def test_each_look_counts_once_and_the_spread_is_the_one_between_looks_and_the_aas():
+    looks = [_look(1.10, 0.01), _look(1.20, 0.01), _look(1.00, 0.01)]
+    nulls = [_look(1.02, 0.01), _look(0.98, 0.01)]
+    r = looks_ratio(looks, nulls)
+    means = [math.log(1.1), math.log(1.2), 0.0]
+    m = sum(means) / 3
+    ss = sum((x - m) ** 2 for x in means) + math.log(1.02) ** 2 + math.log(0.98) ** 2
+    half = t95(2 + 2) * math.sqrt(ss / 4 / 3)
+    assert r["looks"] == 3 and r["dof"] == 4 and r["pairs"] == 15
+    assert r["ratio"] == pytest.approx(math.exp(m), rel=1e-9)
+    assert r["low"] == pytest.approx(math.exp(m - half), rel=1e-9)
+    assert r["high"] == pytest.approx(math.exp(m + half), rel=1e-9)
+
+
+def test_looks_that_disagree_give_a_wider_interval_than_their_pairs_pooled():
+    """Fifteen pairs pooled as if independent say 1.10x [1.02, 1.18]-ish; three sessions that
+    read 1.0, 1.1 and 1.2 say far less."""
+    looks = [_look(1.00, 0.02), _look(1.10, 0.02), _look(1.20, 0.02)]
+    pooled = paired_ratio([x for a, _ in looks for x in a], [y for _, b in looks for y in b])
+    r = looks_ratio(looks, [])
+    assert r["ratio"] == pytest.approx(pooled["ratio"], rel=1e-9)
+    assert r["low"] < pooled["low"] and r["high"] > pooled["high"]
+
+
+def test_a_quiet_aa_cannot_make_the_interval_narrower_than_the_looks_own_pairs_say():
+    """Looks that agree exactly and A/As at exactly 1 would give no spread at all: each
+    look's own pairs still vary, and their variance of the mean is the floor."""
+    looks = [_look(1.10, 0.05), _look(1.10, 0.05)]
+    r = looks_ratio(looks, [_look(1.0), _look(1.0)])
+    logs = [0.05, -0.05, 0.05, -0.05, 0.0]
+    within = (sum(x * x for x in logs) / 4) / 5
+    half = t95(1 + 2) * math.sqrt(within / 2)
+    assert r["low"] == pytest.approx(1.10 * math.exp(-half), rel=1e-9)
+
+
+def test_a_wide_aa_widens_the_interval():
+    looks = [_look(1.10, 0.01), _look(1.12, 0.01)]
+    quiet = looks_ratio(looks, [_look(1.01, 0.01), _look(0.99, 0.01)])
+    loud = looks_ratio(looks, [_look(1.08, 0.01), _look(0.92, 0.01)])
+    assert loud["low"] < quiet["low"] and loud["high"] > quiet["high"]
+
+
+def test_no_usable_look_gives_nan_and_no_looks():
+    r = looks_ratio([([1.0], [2.0]), ([], [])], [_look(1.0)])
+    assert r["looks"] == 0 and math.isnan(r["low"])
