@@ -26,7 +26,7 @@ from .events import Listener, Silent
 from .faults import checkpoint
 from .identity import Resume, choose_study, fingerprint, fingerprint_id
 from .lock import Lease
-from .plan import Attempts, joint_memory_recipe, rank, stop_reason
+from .plan import Attempts, joint_memory_recipe, rank, stacked_recipe, stop_reason
 from .recipes import Recipe
 from .record import (Bottleneck, Brief, Budget, Comparison, FailureKind, Noise, Ratio, Recommendation, Report, Step,
                      StudyRef, Summary)
@@ -225,11 +225,13 @@ class Agent:
             range past its cores; a revisit of a knob already at its only value)."""
             return any(v != config.get(k) for k, vs in recipe.space(device, cores, batch).items() for v in vs)
 
+        stacked = False
         while r.stop_reason is None:
             usable = [x for x in self.recipes if new(x, state.config)]
             choices = rank(usable, state.verdict, device, self.facts, attempts, ctx.margin, s.only, ctx.lowp)
             reserve = 3 * (ctx.trial_cost() or 0.0)  # a trial, and the final comparison's windows
-            if not choices:
+            stack = None if choices or stacked or not state.feasible else stacked_recipe(r.steps, state.config, by_name)
+            if not choices and stack is None:
                 r.stop_reason = stop_reason(state.verdict, ctx.margin, ctx.lowp)
             elif r.budget.trials_used >= s.trials:
                 r.stop_reason = f"trial budget spent ({r.budget.trials_used} of {s.trials})"
@@ -238,8 +240,12 @@ class Agent:
             if r.stop_reason is not None:
                 break
             joint = joint_memory_recipe(choices)
-            recipe, target, expected = (joint, Bottleneck.MEMORY, math.inf) if joint else (
-                choices[0].recipe, choices[0].target, choices[0].expected)
+            if stack is not None:  # every recipe was tried: the near-misses together, once
+                stacked, by_name[stack.name] = True, stack
+                recipe, target, expected = stack, state.verdict.bottleneck, stack.compute_speedup
+            else:
+                recipe, target, expected = (joint, Bottleneck.MEMORY, math.inf) if joint else (
+                    choices[0].recipe, choices[0].target, choices[0].expected)
             tried = [c.recipe for c in (choices if joint else choices[:1]) if joint is None or c.target is Bottleneck.MEMORY]
             if joint:
                 by_name[joint.name] = joint

@@ -16,14 +16,17 @@ one alone may not fit while a pair does.
 from __future__ import annotations
 
 import math
+from typing import Any
 from dataclasses import dataclass, field
 
 from . import probe
 from .diagnose import ADVICE, material
+from .errors import ConfigError
+from .config import TrainConfig
 from .recipes import Knob, Recipe
 from .record import Bottleneck, Step, Verdict, Waste
 
-__all__ = ["Attempts", "Choice", "expected_gain", "joint_memory_recipe", "rank", "stop_reason"]
+__all__ = ["STACK", "Attempts", "Choice", "expected_gain", "joint_memory_recipe", "rank", "stacked_recipe", "stop_reason"]
 
 REVISIT_GROWTH = 1.5  # a target's share must grow this much (and by REVISIT_MIN) to try a recipe again
 REVISIT_MIN = 0.05
@@ -133,6 +136,52 @@ def joint_memory_recipe(choices: list[Choice]) -> Recipe | None:
         knobs=tuple(knobs.values()), trials=min(24, sum(r.trials for r in parts) + 4),
         tradeoffs=" ".join(r.tradeoffs for r in parts), snippet="\n".join(r.snippet for r in parts if r.snippet),
         source="joint search of " + ", ".join(r.source for r in parts), each_knob_first=True,
+    )
+
+
+STACK = "stack"
+
+
+def stacked_recipe(steps: list[Step], config: TrainConfig, recipes: dict[str, Recipe]) -> Recipe | None:
+    """The changes that each pointed up side by side but were not shown, stacked into one
+    candidate: the latest rejected step of each recipe whose comparison read above 1, most
+    gain first, each key from the first that sets it, keeping what fits together.
+
+    Gains of 2-7% apiece sit inside this machine's between-session noise and are rejected
+    one by one, though together they are one clear change: resnet_jpeg's grid's best is 1
+    thread, channels_last, foreach and bf16 together, 1.14x the default, and no part alone
+    cleared the margin; overhead_bound's 1 thread (1.18x over 30 pairs) and compile (which
+    helps only with it) were each rejected. An engineer stacks the near-misses and measures
+    the stack; so does this, once, as a recipe of one config, under the same decision."""
+    latest: dict[str, Step] = {}
+    for st in steps:
+        if st.recipe != STACK:
+            latest[st.recipe] = st
+    ups = sorted((st for st in latest.values() if not st.accepted and st.changes and st.speedup is not None
+                  and st.speedup.ratio is not None and st.speedup.ratio > 1.0), key=lambda st: -st.speedup.ratio)
+    changes: dict[str, Any] = {}
+    parts: list[Step] = []
+    for st in ups:
+        extra = {k: v[1] for k, v in st.changes.items() if k not in changes and config.get(k) != v[1]}
+        if not extra:
+            continue
+        try:
+            config.with_changes({**changes, **extra})
+        except ConfigError:
+            continue  # does not combine with the parts before it
+        changes.update(extra)
+        parts.append(st)
+    if len(parts) < 2:
+        return None  # one part alone was decided already
+    used = [recipes[st.recipe] for st in parts if st.recipe in recipes]
+    return Recipe(
+        name=STACK, summary="the near-misses stacked: " + ", ".join(
+            f"{st.recipe} ({st.speedup.ratio:.2f}x)" for st in parts),
+        targets=tuple(Bottleneck), cost=0, devices=("cpu", "cuda"), requires=(),
+        knobs=tuple(Knob(k, (v,)) for k, v in changes.items()), trials=1,
+        tradeoffs=" ".join(r.tradeoffs for r in used), snippet="\n".join(r.snippet for r in used if r.snippet),
+        source="stack of " + ", ".join(st.recipe for st in parts),
+        compute_speedup=math.prod(st.speedup.ratio for st in parts), together=True,
     )
 
 

@@ -144,6 +144,7 @@ class Recipe:
     # Its configs are alternatives, most promising first (fused, then foreach): the next is
     # measured only when the ones before could not run (failed, or over the memory limit).
     fallbacks: bool = False
+    together: bool = False  # its knobs' single values are one config, measured as one (`plan.stacked_recipe`)
 
     def applies(self, device: str, facts: dict[str, bool]) -> tuple[bool, str]:
         if device not in self.devices:

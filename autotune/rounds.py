@@ -27,7 +27,7 @@ from .diagnose import COMPUTE_STAGES, diagnose, material
 from .ladder import ints, staged
 from .recipes import Recipe
 from .record import Bottleneck, Brief, Step
-from .search import GRID_LIMIT, SLOW_CUT, RecipeSearch, best_of, reading, stored_summary, trial_record
+from .search import GRID_LIMIT, SLOW_CUT, RecipeSearch, best_of, normalized, reading, stored_summary, trial_record
 
 REVISIT_TRIALS = 3  # fewest trials of a recipe's second round
 GROW_STEPS = 3  # most times a range grows in one round
@@ -81,6 +81,15 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
                       for k in recipe.knobs if k.climb_with and k.key in space and not isinstance(k.choices, str)),
                      None)
         searches, ran, skipped = staged(ctx, name, space, state, est, look, deadline, on_trial, climb)
+    elif recipe.together:  # one config: the incumbent with every knob's value
+        ctx.events.recipe(round_no, recipe.name, 1)
+        together = normalized(state.config, {k: v[0] for k, v in recipe.space(runner.device.type, machine.cores(),
+                                                                              runner.workload.rank_batch).items()})
+        search = RecipeSearch(ctx.storage, name, {}, together, runner, ctx.constraints, ctx.seed, pool=ctx.pool,
+                              changes_from=state.config)
+        ctx.live.append(search)
+        searches, ran = [search], search.run(1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
+        skipped = search.skipped
     elif target is Bottleneck.MEMORY and fit.applies(space, state, ctx.constraints.memory_limit):
         ctx.events.recipe(round_no, recipe.name, n)
         searches, ran, skipped = fit.search(ctx, name, space, state, n, deadline, on_trial)
