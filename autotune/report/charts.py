@@ -179,12 +179,13 @@ def _speedup_legend(margin: float | None, left: float) -> list[str]:
     items = [(_box(ACCEPTED), "accepted"), (_box(REJECTED), "rejected"), (_box(OVERALL), "final vs baseline"),
              (_line(0, 6, 14, 6, MUTED, 1.5), "no change (1×)")]
     if margin:
-        items.append((_line(0, 6, 14, 6, MARGIN, 2, "5 3"), f"noise margin ({fmt_ratio(margin)})"))
+        items.append((_line(0, 6, 14, 6, MARGIN, 2, "5 3"), f"least gain kept ({fmt_ratio(margin)})"))
     return _legend(items, left, 16)
 
 
 def speedup_chart(report: Report) -> str:
-    """Bars per step (and overall) with CI whiskers, the 1x line and the noise margin.
+    """Bars per step (and overall) with CI whiskers, the 1x line and the least gain kept
+    (what a kept step's interval cleared).
 
     Args:
         report: The run; steps without a measured speedup are left out.
@@ -195,7 +196,8 @@ def speedup_chart(report: Report) -> str:
     items = _speedup_items(report)
     if not items:
         return empty("No step was measured against its baseline.")
-    margin = number(report.noise.margin) if report.noise is not None else None
+    margin = 1 + number(report.noise.min_gain) if report.noise is not None and number(report.noise.min_gain) is not None \
+        else None
     values = [number(v) for _, _, sp, _ in items for v in (sp.ratio, sp.high)]
     ticks = _nice_ticks(max([v for v in values if v is not None] + [margin or 0, 1.0]) * 1.08)
     left, right, top, plot_h = 64, 24, 40, 230

@@ -222,8 +222,11 @@ def noise_text(report: Report) -> str:
     n = report.noise
     if n is None or number(n.ratio) is None:
         return "The baseline's noise was not measured."
-    margin = (f"; a change is accepted only when its CI's low end clears {fmt_ratio(n.margin)}"
-              if number(n.margin) is not None else "")
+    bar = fmt_ratio(1 + n.min_gain) if number(n.min_gain) is not None else "its least gain"
+    margin = (f"; a candidate whose first comparison clears this noise margin, {fmt_ratio(n.margin)}, is compared "
+              f"again in fresh sessions, and kept only when the 95% intervals of those fresh looks, and of all its "
+              f"looks, each clear {bar} (each look counted once, the spread between sessions, the A/As' among it, "
+              f"in the interval)" if number(n.margin) is not None else "")
     again = ""
     all_ = ", ".join(fmt_ratio(m.ratio) for m in n.readings)
     if len(n.readings) == 2:
