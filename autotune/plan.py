@@ -16,13 +16,13 @@ one alone may not fit while a pair does.
 from __future__ import annotations
 
 import math
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import probe
+from .config import TrainConfig
 from .diagnose import ADVICE, material
 from .errors import ConfigError
-from .config import TrainConfig
 from .recipes import Knob, Recipe
 from .record import Bottleneck, Step, Verdict, Waste
 
