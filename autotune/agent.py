@@ -32,7 +32,7 @@ from .record import (Bottleneck, Brief, Budget, Comparison, FailureKind, Noise, 
                      StudyRef, Summary)
 from .context import BAND_CAP, Context, State, window_band
 from .rounds import play
-from .decide import pooled
+from .decide import one_look, pooled
 from .runner import TrialRunner
 from .search import Constraints, fits, quiet_optuna, trial_record
 from .stats import noise_margin, paired_ratio
@@ -206,7 +206,7 @@ class Agent:
         if state.config != base_cfg:
             self.events.phase("final against baseline")
             sp = self._compare(f"final:{state.config.short()}", base_cfg, state.config, "final against baseline")
-            r.speedup = sp.ratio_only()
+            r.speedup = one_look(ctx, sp)  # one look: its interval has the spread between sessions
         else:
             r.speedup = Ratio(ratio=1.0, low=1.0, high=1.0, pairs=0)
         r.budget.wall_s = time.time() - t_start

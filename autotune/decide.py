@@ -44,7 +44,7 @@ from .record import Brief, Comparison, Ratio, Step, Summary
 from .search import fits, normalized, stored_summary
 from .stats import looks_ratio, paired_ratio
 
-__all__ = ["CANDIDATES", "decide", "pooled"]
+__all__ = ["CANDIDATES", "decide", "one_look", "pooled"]
 
 CANDIDATES = 2  # most candidates compared with the incumbent per round
 FRESH_LOOKS = 5  # most fresh comparisons (5 pairs each) while a gain stays promising but unshown
@@ -155,6 +155,18 @@ def _looks(ctx: Context, first: Comparison, looks: list[Comparison]) -> tuple[di
     alone = looks_ratio([(c.a, c.b) for c in looks], nulls, others)
     every = looks_ratio([(c.a, c.b) for c in [first, *looks]], nulls, others)
     return alone, every
+
+
+def one_look(ctx: Context, comparison: Comparison) -> Ratio:
+    """One comparison's ratio with the interval a single look has here: the spread between
+    fresh pairs of sessions (the A/As' and the run's candidates' looks), not only its own
+    pairs' (the final comparison with the baseline is one look)."""
+    if not comparison.measured:
+        return comparison.ratio_only()
+    r = looks_ratio([(comparison.a, comparison.b)], [(n.a, n.b) for n in ctx.nulls if n.measured],
+                    [[(c.a, c.b) for c in group] for group in ctx.looked])
+    return Ratio(ratio=r["ratio"], low=r["low"], high=r["high"], pairs=r["pairs"]) if r["looks"] else \
+        comparison.ratio_only()
 
 
 def _shown(ctx: Context, first: Comparison, looks: list[Comparison]) -> bool:

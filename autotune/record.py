@@ -188,8 +188,11 @@ class Noise(Ratio):
     least gain), a third is measured and the two nearest 1 are pooled; `readings` holds
     every A/A measured (one alone: the second failed)."""
 
-    margin: float
-    min_gain: float
+    margin: float = Field(description="The A/A's distance from 1, never under 1 + min_gain: what a candidate's first "
+                          "comparison must read above to be compared again in fresh sessions")
+    min_gain: float = Field(description="The least gain kept: the intervals of a candidate's fresh looks, and of all "
+                            "its looks (each look counted once, the spread between sessions in them), must each "
+                            "clear 1 + min_gain")
     readings: list[Ratio] = Field(default_factory=list)
     band: float | None = Field(None, description="The factor within which a single search reading was taken "
                                "as no different from another config's (or its pooled estimate) when the run "
@@ -328,7 +331,9 @@ class Report(Record):
     final_config: FlatConfig | None = None
     diagnosis: Verdict | None = None
     recommendations: list[Recommendation] = Field(default_factory=list)
-    speedup: Ratio | None = None
+    speedup: Ratio | None = Field(None, description="The final config against the baseline, side by side in one "
+                                  "fresh pair of sessions; its interval holds the spread between sessions (the A/As' "
+                                  "and the run's other looks), not only its own pairs'")
     stop_reason: str | None = None
     budget: Budget | None = None
     complete: bool = Field(False, description="False: the run was stopped (signal, error) and this report is "

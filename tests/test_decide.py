@@ -9,7 +9,7 @@ import optuna
 
 from autotune.config import TrainConfig
 from autotune.context import Context, State
-from autotune.decide import decide
+from autotune.decide import decide, one_look
 from autotune.diagnose import diagnose
 from autotune.events import Silent
 from autotune.recipes import load_recipes
@@ -274,3 +274,14 @@ def test_a_gain_read_by_one_sessions_pairs_alone_is_not_shown_where_sessions_dif
     step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 108.0)], ctx, state)
     assert script.kinds()[:2] == ["accept", "confirm"] and len(script.kinds()) > 2
     assert not step.accepted and after is state, step.reason
+
+
+def test_the_final_comparison_is_one_look_and_its_interval_holds_the_spread_between_sessions():
+    tight = lambda r: [100.0 * r * f for f in (1.002, 0.998, 1.001, 0.999, 1.0)]  # noqa: E731
+    ctx, runner, state = setup(Script())
+    ctx.nulls = [Comparison(**paired_ratio(INCUMBENT, b), a=INCUMBENT, b=b) for b in (tight(1.04), tight(0.96))]
+    final = Comparison(**paired_ratio(INCUMBENT, tight(1.5)), a=INCUMBENT, b=tight(1.5))
+    r = one_look(ctx, final)
+    assert r.ratio == final.ratio and r.pairs == 5
+    assert r.low < final.low / 1.05 and r.high > final.high * 1.05  # sessions 4% apart: far wider than its pairs
+    assert r.low < 1.5 < r.high
