@@ -57,29 +57,29 @@ def looks_ratio(looks: list[tuple[list[float], list[float]]],
     whose true ratio is 1) deviations from 0 and each of `others`' (earlier candidates'
     looks) deviations around its own mean, never below what the looks' own pairs say of
     it; Student's t with the pooled degrees of freedom. `dof` says how many it had."""
-    def mean_logs(a: list[float], b: list[float]) -> list[float]:
+    def logs(a: list[float], b: list[float]) -> list[float]:
         return [math.log(y / x) for x, y in zip(a, b) if x > 0 and y > 0]
 
-    means, within = [], []
+    means, within, pairs = [], [], 0
     for a, b in looks:
-        if len(logs := mean_logs(a, b)) > 1:
-            means.append(statistics.fmean(logs))
-            within.append(statistics.variance(logs) / len(logs))
+        if len(ls := logs(a, b)) > 1:
+            means.append(statistics.fmean(ls))
+            within.append(statistics.variance(ls) / len(ls))
+            pairs += len(ls)
     k = len(means)
     if not k:
         return {"ratio": float("nan"), "low": float("nan"), "high": float("nan"), "pairs": 0, "looks": 0, "dof": 0}
     m = statistics.fmean(means)
     ss, dof = sum((x - m) ** 2 for x in means), k - 1
     for a, b in nulls:
-        if logs := mean_logs(a, b):
-            ss, dof = ss + statistics.fmean(logs) ** 2, dof + 1
+        if ls := logs(a, b):
+            ss, dof = ss + statistics.fmean(ls) ** 2, dof + 1
     for group in others:
-        ms = [statistics.fmean(logs) for a, b in group if (logs := mean_logs(a, b))]
+        ms = [statistics.fmean(ls) for a, b in group if (ls := logs(a, b))]
         if len(ms) > 1:
             g = statistics.fmean(ms)
             ss, dof = ss + sum((x - g) ** 2 for x in ms), dof + len(ms) - 1
     var = max(ss / dof if dof else float("inf"), statistics.fmean(within))
     half = t95(dof) * math.sqrt(var / k)
-    pairs = sum(min(len(a), len(b)) for a, b in looks)
     return {"ratio": math.exp(m), "low": math.exp(m - half), "high": math.exp(m + half), "pairs": pairs,
             "looks": k, "dof": dof}
