@@ -168,7 +168,8 @@ def print_tune_summary(report: Report, out: str | Path) -> None:
         c.print(f"speedup (final vs baseline, interleaved): [bold green]{sp.ratio:.2f}x[/] \\[{sp.low:.2f}, {sp.high:.2f}]")
     n = report.noise
     if n is not None and n.measured:
-        c.print(f"noise (A/A): {n.ratio:.3f} \\[{n.low:.3f}, {n.high:.3f}]; a change must clear {n.margin:.3f}x")
+        c.print(f"noise (A/A): {n.ratio:.3f} \\[{n.low:.3f}, {n.high:.3f}]; a first comparison must clear "
+                f"{n.margin:.3f}x to be looked at again, and a kept change's looks {1 + n.min_gain:.3f}x")
     c.print(_recommendations_table(report))
     d = report.diagnosis
     c.print(f"final diagnosis: {d.bottleneck.value} ({escape(d.reason)})" if d is not None else "final diagnosis: not recorded")
