@@ -17,10 +17,11 @@ against its prediction corrects the predictions of every combination holding tho
 (bf16 with micro-batch 512 read 0.8 of the product of each alone; bf16 with 256, and with
 256 and checkpointing, are taken to as well), so a model that flatters a pair of knobs
 does not walk all their values. The model's ranking decides, and a
-near tie is settled side by side (the two fastest fits are dueled). A stop within the noise
-band or the margin: on a noisy machine (a band of 1.5, a cross-process A/A of 1.2) either
-let it try 10-11 of the memory grid's 20 configs to take the fit it had predicted first.
-But a prediction is a product of single readings, each off by the noise: once, the fastest
+near tie is settled side by side (the two fastest fits are dueled). The stop is the model's
+own, not a tolerance of the noise band or the margin: on a noisy machine (a band of 1.5, a
+cross-process A/A of 1.2) either let it try 10-11 of the memory grid's 20 configs to take
+the fit it had predicted first. But a prediction is a product of single readings, each off
+by the noise: once, the fastest
 combination left is measured when it is predicted within the noise band of the fastest fit
 (in one benchmark run every combination was predicted under checkpointing's reading, 0.74x
 of the baseline, after the three knobs alone, and the run kept checkpointing: 0.77 of the

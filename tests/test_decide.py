@@ -285,3 +285,13 @@ def test_the_final_comparison_is_one_look_and_its_interval_holds_the_spread_betw
     assert r.ratio == final.ratio and r.pairs == 5
     assert r.low < final.low / 1.05 and r.high > final.high * 1.05  # sessions 4% apart: far wider than its pairs
     assert r.low < 1.5 < r.high
+
+
+def test_a_fake_session_offsets_all_its_windows_alike_and_each_session_its_own():
+    """`FakeRunner(session=...)`: the windows of one handle (a measurement, one side of a
+    comparison) share one offset; another handle of the same config draws another."""
+    runner = FakeRunner(lambda c: 100.0, noise=0.0, session=0.1, seed=3)
+    one, two = runner.open(TrainConfig()), runner.open(TrainConfig())
+    a, b = [one.window() for _ in range(4)], [two.window() for _ in range(4)]
+    assert len(set(a)) == 1 and len(set(b)) == 1 and a[0] != b[0]
+    assert FakeRunner(lambda c: 100.0, noise=0.0).open(TrainConfig()).window() == 100.0

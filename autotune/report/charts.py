@@ -175,11 +175,11 @@ def _speedup_items(report: Report) -> list[tuple[str, str, Ratio, str]]:
     return items
 
 
-def _speedup_legend(margin: float | None, left: float) -> list[str]:
+def _speedup_legend(bar: float | None, left: float) -> list[str]:
     items = [(_box(ACCEPTED), "accepted"), (_box(REJECTED), "rejected"), (_box(OVERALL), "final vs baseline"),
              (_line(0, 6, 14, 6, MUTED, 1.5), "no change (1×)")]
-    if margin:
-        items.append((_line(0, 6, 14, 6, MARGIN, 2, "5 3"), f"least gain kept ({fmt_ratio(margin)})"))
+    if bar:
+        items.append((_line(0, 6, 14, 6, MARGIN, 2, "5 3"), f"least gain kept ({fmt_ratio(bar)})"))
     return _legend(items, left, 16)
 
 
@@ -196,10 +196,10 @@ def speedup_chart(report: Report) -> str:
     items = _speedup_items(report)
     if not items:
         return empty("No step was measured against its baseline.")
-    margin = 1 + number(report.noise.min_gain) if report.noise is not None and number(report.noise.min_gain) is not None \
-        else None
+    gain = number(report.noise.min_gain) if report.noise is not None else None
+    bar = 1 + gain if gain is not None else None
     values = [number(v) for _, _, sp, _ in items for v in (sp.ratio, sp.high)]
-    ticks = _nice_ticks(max([v for v in values if v is not None] + [margin or 0, 1.0]) * 1.08)
+    ticks = _nice_ticks(max([v for v in values if v is not None] + [bar or 0, 1.0]) * 1.08)
     left, right, top, plot_h = 64, 24, 40, 230
     slot = (WIDTH - left - right) / len(items)
     bar_w = min(64.0, slot * 0.55)
@@ -207,7 +207,7 @@ def speedup_chart(report: Report) -> str:
     def y(v: float) -> float:
         return top + plot_h - v / ticks[-1] * plot_h
 
-    body = _speedup_legend(margin, left)
+    body = _speedup_legend(bar, left)
     for t in ticks:
         body += [_line(left, y(t), WIDTH - right, y(t), GRID), _text(left - 8, y(t) + 4, f"{_tick(t)}×", "end", 11, MUTED)]
     for i, (l1, l2, sp, color) in enumerate(items):
@@ -223,8 +223,8 @@ def speedup_chart(report: Report) -> str:
         body += [_text(cx, top + plot_h + 18, l1, "middle", 11, MUTED),
                  _text(cx, top + plot_h + 33, _fit(l2, slot - 8, 6.8), "middle", 12)]
     body.append(_line(left, y(1), WIDTH - right, y(1), MUTED, 1.5))
-    if margin:
-        body.append(_line(left, y(margin), WIDTH - right, y(margin), MARGIN, 2, "6 4"))
+    if bar:
+        body.append(_line(left, y(bar), WIDTH - right, y(bar), MARGIN, 2, "6 4"))
     body.append(_line(left, y(0), WIDTH - right, y(0), INK))
     return _svg(top + plot_h + 44, body, "speedup of each step with confidence intervals")
 
