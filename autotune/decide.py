@@ -17,9 +17,9 @@ clear gain without settling it); fresh comparisons ("looks") then decide. While 
 promising but the gain is not shown, another look is taken, up to `FRESH_LOOKS`; a look
 past the time budget is not taken.
 
-Each look is a fresh pair of sessions, and sessions differ: on the Zen 4 the A/As of the
-benchmark's runs strayed from 1 by twice what their own pairs' spread allowed (per look,
-a variance of 0.0055 in log, 0.0024 of it from the windows). Pairs pooled over looks as if
+Each look is a fresh pair of sessions, and sessions differ: the 110 A/As of the stored
+benchmark runs on AMD EPYC machines strayed from 1 with twice the variance their own pairs
+allowed (a look's mean log ratio, 0.0045; 0.0023 of it from the windows). Pairs pooled over looks as if
 independent gave intervals too narrow: on `FakeRunner` with that structure (windows 8%,
 sessions 4%) the old rule (the fresh pairs and all pairs must each clear the margin) kept
 placebo changes in 3 of 270 comparisons, 17 of 280 where sessions dominate (windows 5%,
