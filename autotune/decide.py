@@ -128,7 +128,7 @@ def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainCo
     ctx.looked.append(looks)
     for look in range(2, FRESH_LOOKS + 1):
         fresh = _joined(looks)
-        if not (fresh.measured and fresh.ratio > ctx.margin) or _shown(ctx, first, looks):
+        if not (fresh.measured and fresh.ratio > ctx.margin) or _shown(ctx, *_looks(ctx, first, looks)):
             break
         if not _time_for(ctx, deadline, 2):  # a look takes two configs' windows
             break
@@ -146,12 +146,19 @@ def _joined(looks: list[Comparison]) -> Comparison:
     return out
 
 
+def _spread(ctx: Context, looks: list[Comparison] | None = None) -> tuple[list, list]:
+    """What the spread between looks is pooled from: every A/A, and every candidate's fresh
+    looks but `looks` (the candidate being judged), as `stats.looks_ratio` takes them."""
+    nulls = [(n.a, n.b) for n in ctx.nulls if n.measured]
+    others = [[(c.a, c.b) for c in group] for group in ctx.looked if group is not looks]
+    return nulls, others
+
+
 def _looks(ctx: Context, first: Comparison, looks: list[Comparison]) -> tuple[dict, dict]:
     """The fresh looks alone, and all the looks with the first, each look counted once
     (`stats.looks_ratio`): the spread between looks pooled with the A/As' and every other
     candidate's fresh looks in the run."""
-    nulls = [(n.a, n.b) for n in ctx.nulls if n.measured]
-    others = [[(c.a, c.b) for c in group] for group in ctx.looked if group is not looks]
+    nulls, others = _spread(ctx, looks)
     alone = looks_ratio([(c.a, c.b) for c in looks], nulls, others)
     every = looks_ratio([(c.a, c.b) for c in [first, *looks]], nulls, others)
     return alone, every
@@ -163,17 +170,14 @@ def one_look(ctx: Context, comparison: Comparison) -> Ratio:
     pairs' (the final comparison with the baseline is one look)."""
     if not comparison.measured:
         return comparison.ratio_only()
-    r = looks_ratio([(comparison.a, comparison.b)], [(n.a, n.b) for n in ctx.nulls if n.measured],
-                    [[(c.a, c.b) for c in group] for group in ctx.looked])
+    r = looks_ratio([(comparison.a, comparison.b)], *_spread(ctx))
     return Ratio(ratio=r["ratio"], low=r["low"], high=r["high"], pairs=r["pairs"]) if r["looks"] else \
         comparison.ratio_only()
 
 
-def _shown(ctx: Context, first: Comparison, looks: list[Comparison]) -> bool:
-    """Whether the fresh looks alone, and all the looks, each clear the least gain."""
-    if not looks or not _joined(looks).measured:
-        return False
-    alone, every = _looks(ctx, first, looks)
+def _shown(ctx: Context, alone: dict, every: dict) -> bool:
+    """Whether the fresh looks alone, and all the looks, each clear the least gain (`_looks`;
+    the callers have ruled out a failed look)."""
     bar = 1 + ctx.min_gain
     return bool(alone["looks"]) and alone["low"] > bar and every["low"] > bar
 
@@ -223,8 +227,8 @@ def _verdict(step: Step, first: Comparison, looks: list[Comparison], state: Stat
         step.reason = (f"measured {sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}], not above the noise "
                        f"margin {margin:.3f} (search estimate was {searched:.2f}x)")
         return
-    step.accepted = _shown(ctx, first, looks)
     alone, every = _looks(ctx, first, looks)
+    step.accepted = _shown(ctx, alone, every)
     if every["looks"]:
         step.speedup = Ratio(ratio=every["ratio"], low=every["low"], high=every["high"], pairs=every["pairs"])
     bar = 1 + ctx.min_gain

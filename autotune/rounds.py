@@ -83,8 +83,7 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
         searches, ran, skipped = staged(ctx, name, space, state, est, look, deadline, on_trial, climb)
     elif recipe.together:  # one config: the incumbent with every knob's value
         ctx.events.recipe(round_no, recipe.name, 1)
-        together = normalized(state.config, {k: v[0] for k, v in recipe.space(runner.device.type, machine.cores(),
-                                                                              runner.workload.rank_batch).items()})
+        together = normalized(state.config, {k: v[0] for k, v in space.items()})
         search = RecipeSearch(ctx.storage, name, {}, together, runner, ctx.constraints, ctx.seed, pool=ctx.pool,
                               changes_from=state.config)
         ctx.live.append(search)
