@@ -295,3 +295,35 @@ def test_a_fake_session_offsets_all_its_windows_alike_and_each_session_its_own()
     a, b = [one.window() for _ in range(4)], [two.window() for _ in range(4)]
     assert len(set(a)) == 1 and len(set(b)) == 1 and a[0] != b[0]
     assert FakeRunner(lambda c: 100.0, noise=0.0).open(TrainConfig()).window() == 100.0
+
+
+def _looks_script(first: float, fresh: list[float]) -> Script:
+    """The first comparison and the fresh looks, each in tight pairs (the spread is between looks)."""
+    tight = lambda r: [100.0 * r * f for f in (1.002, 0.998, 1.001, 0.999, 1.0)]  # noqa: E731
+    return Script(accept=tight(first), **{f"confirm{i + 1 if i else ''}": tight(r) for i, r in enumerate(fresh)})
+
+
+def test_a_gain_all_the_looks_show_but_five_fresh_ones_do_not_gets_more_looks_and_is_kept():
+    """Five fresh looks 1.06x, 1.24x, 1.00x, 1.26x, 1.04x: 1.12x [1.01, 1.23] alone, all six
+    looks' interval above 1.03. overhead_bound's compile read like this and was dropped; a
+    sixth look (1.16x) shows it."""
+    script = _looks_script(1.16, [1.06, 1.24, 1.00, 1.26, 1.04, 1.16, 1.12])
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 116.0)], ctx, state)
+    assert script.kinds() == ["accept", "confirm", *(f"confirm{i}" for i in range(2, 7))]
+    assert step.accepted and after.config.optimizer.impl == "fused", step.reason
+    assert "6 fresh looks" in step.reason
+
+
+def test_looks_past_the_fifth_stop_once_all_the_looks_no_longer_show_the_gain():
+    script = _looks_script(1.16, [1.06, 1.24, 1.00, 1.26, 1.04, 0.96, 1.0, 1.2, 1.2])
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 116.0)], ctx, state)
+    assert script.kinds()[-1] == "confirm6" and not step.accepted and after is state, step.reason
+
+
+def test_a_gain_whose_looks_together_fall_short_gets_no_more_than_five_fresh_looks():
+    script = _looks_script(1.04, [1.08, 0.99, 1.10, 0.98, 1.06, 1.2, 1.2])
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 116.0)], ctx, state)
+    assert script.kinds()[-1] == "confirm5" and not step.accepted, step.reason
