@@ -12,10 +12,11 @@ import torch
 from .record import Machine, Summary, WorkerRef
 
 __all__ = ["available_memory_bytes", "core_set", "cores", "cpu_isa", "cpu_name", "describe", "fingerprint",
-           "fingerprint_id", "growth_limit", "open_files_limit", "worker_ref"]
+           "fingerprint_id", "growth_limit", "open_files_limit", "saturating", "worker_ref"]
 
 FILES_PER_WORKER = 8  # pipes, a shared-memory handle and queues per DataLoader worker
 OVERSUBSCRIBE = 2  # CPU-bound loader workers per core worth trying, at most
+SATURATED = 1.5  # CPU-bound loader workers, over those that keep the cores busy, past which none are added
 WORKER_MEMORY_SHARE = 0.5  # DataLoader workers may take at most this much of the available memory
 
 
@@ -124,3 +125,19 @@ def growth_limit(key: str, summary: Summary) -> int:
     if cpu:
         limits.append(math.ceil(OVERSUBSCRIBE * cores() / cpu))
     return max(1, min(limits))
+
+
+def saturating(key: str, top: int, *summaries: Summary) -> float | None:
+    """How many workers keep the cores busy, when `top` of them already exceed that by
+    `SATURATED` and growing the range could only time-slice them: a worker busy a share `f`
+    of its time (`data_cpu_share`, measured where the loading ran in the training process)
+    saturates the cores at `cores / f` workers. None when the range may grow.
+    decode_bound (2 ms of Python decoding a sample, 2 cores) peaked at 3-4 workers, and its
+    range of 4 grew to 5 for one trial that could not help."""
+    if key != "data.num_workers":
+        return None
+    shares = [s.signals.data_cpu_share for s in summaries if s.signals and s.signals.data_cpu_share]
+    if not shares:
+        return None
+    busy = cores() / max(shares)
+    return busy if top >= SATURATED * busy else None

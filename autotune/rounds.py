@@ -211,6 +211,12 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
             # other knobs (persistent workers, prefetch depth) came from the search too, and
             # 16 workers restarted at every epoch read below 6 persistent ones (input_bound).
             summary, config = stored_summary(best), TrainConfig().with_changes(best.user_attrs["config"])
+            busy = machine.saturating(knob.key, top, summary, state.summary)
+            if busy:
+                out.append((0, f"{knob.key}: {where} ({top}), but loading is CPU work and {top} already exceed the "
+                               f"{busy:.1f} that keep the {machine.cores()} cores busy: more would only share them; "
+                               f"range not grown"))
+                return out
             limit = min(machine.growth_limit(knob.key, summary), machine.growth_limit(knob.key, state.summary))
             values = sorted({min(v, limit) for v in (2 * top, 4 * top)} - {top})
             values = [v for v in values if v > top]

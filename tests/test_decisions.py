@@ -924,3 +924,13 @@ def test_the_band_a_single_reading_is_judged_by_is_one_aas_width_not_the_pooled_
     steady = FakeRunner(lambda c: 100.0, noise=0.0).open(TrainConfig()).summary()
     band = _band(both, 1.03, steady, [first, second])
     assert band >= min(first.high / first.low, second.high / second.low) * 0.999
+
+
+def test_cpu_bound_loading_whose_range_already_saturates_the_cores_is_not_grown(tmp_path, monkeypatch):
+    """Loading 85% CPU work on 2 cores: 2.4 workers keep the cores busy and the range's 4
+    exceed that 1.5x; the host's limit (5) would allow one more, which could only share them."""
+    r = _loader_run(tmp_path, monkeypatch, cpu_share=0.85)
+    step = r.steps[0]
+    workers = {t.config["data.num_workers"] for t in step.trials}
+    assert max(workers) == 4, workers
+    assert any("keep the 2 cores busy" in note and "range not grown" in note for note in step.grown), step.grown
