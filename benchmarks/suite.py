@@ -221,7 +221,9 @@ def run_case(case: Case, rule: RuleOfThumb, protocol: Protocol, device: torch.de
         "autotune": {"recipes": list(only), "count": agent_count, "stop_reason": rep.stop_reason,
                      "noise": _dump(rep.noise), "speedup": _dump(rep.speedup),
                      "steps": [st.model_dump(mode="json", include={"recipe", "bottleneck", "accepted", "changes", "speedup",
-                                                                   "reason"}) | {"trials": len(st.trials)} for st in rep.steps],
+                                                                   "reason"}) | {"trials": len(st.trials), "tried": [
+                         t.model_dump(mode="json", include={"changes", "samples_per_s", "state", "peak_memory_bytes"})
+                         for t in st.trials]} for st in rep.steps],
                      "final_diagnosis": rep.diagnosis.bottleneck.value if rep.diagnosis else None},
         "judge_wall_s": judged["wall_s"], "wall_s": time.perf_counter() - t0,
         "runner": "a process per measurement (isolated)" if case.isolate else "in-process",

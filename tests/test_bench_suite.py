@@ -51,6 +51,9 @@ def test_quick_run_writes_json_and_markdown(tmp_path, capsys):
         assert len(curves["blind_tpe"]["points"]) == c["methods"]["blind_tpe"]["trials"]
         assert c["diagnosis"]["planted"] in {"input", "memory"}
         assert isinstance(c["diagnosis"]["correct"], bool)
+        steps = c["autotune"]["steps"]  # each round's trials, to replay what the search saw
+        assert sum(len(st["tried"]) for st in steps) == sum(st["trials"] for st in steps) >= 1
+        assert all("changes" in t and "state" in t for st in steps for t in st["tried"])
         assert {"oracle", "trials", "wall", "not_below_default", "beats_rule_where_wrong", "at_least_rule",
                 "within_limit", "not_below_blind", "not_below_random"} <= set(c["targets"])
     assert r["cases"][1]["runner"].startswith("a process per measurement")
