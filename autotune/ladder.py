@@ -13,6 +13,7 @@ from typing import Any, Callable
 import optuna
 
 from .config import TrainConfig
+from .context import key
 from .record import TrialState
 from .search import RecipeSearch, best_of, normalized
 
@@ -90,6 +91,14 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     def left() -> int:
         return n - sum(len(s.finished()) for s in searches)
 
+    def measured(config: TrainConfig, feasible: bool = False) -> optuna.trial.FrozenTrial | None:
+        """A trial of `config` some stage of this round finished (`feasible`: the fastest
+        feasible one), if any."""
+        want = key(config.flat())
+        same = [t for s in searches for t in (s.ranked() if feasible else s.finished())
+                if key(t.user_attrs.get("config") or {}) == want]
+        return max(same, key=lambda t: t.value or 0.0, default=None)
+
     def best(within_noise: bool = False) -> tuple[TrainConfig, float]:
         """The best config found and its reading: the incumbent unless a trial read above
         its estimate, or (`within_noise`, where to search on from) came within the noise
@@ -121,17 +130,17 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         if between and left() > 0:
             stage(f"{lead}-between", {lead: between}, start, left())
     start, top = best(within_noise=True)
-    alone: list[RecipeSearch] = []
+    alone: list[tuple[str, Any]] = []
     for j, (k, v) in enumerate((k, v) for k, vs in space.items() if k != lead for v in vs if v != start.get(k)):
-        if left() > 0:  # each other knob alone, from the best found
-            stage(f"rest-{j}", {k: [v]}, start, 1)
-            alone.append(searches[-1])
+        if measured(normalized(start, {k: v})) is None and left() > 0:  # each other knob alone, from the best
+            stage(f"rest-{j}", {k: [v]}, start, 1)  # found (not again where a climb measured it: the
+        alone.append((k, v))  # deciding knob's other value at a rung both climbs reached)
     kept: dict[str, Any] = {}
-    for s in alone:
-        b = s.best()
+    for k, v in alone:
+        b = measured(normalized(start, {k: v}), feasible=True)
         if b is not None and b.value >= top / ctx.band:  # did not lose beyond the noise
-            kept.update({k: b.user_attrs["config"][k] for k in s.space})
-    if len(kept) > 1 and left() > 0:
+            kept[k] = v
+    if len(kept) > 1 and left() > 0 and measured(normalized(start, kept)) is None:
         stage("rest-together", {}, normalized(start, kept), 1)
     return searches, ran, skipped
 

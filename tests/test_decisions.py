@@ -934,3 +934,24 @@ def test_cpu_bound_loading_whose_range_already_saturates_the_cores_is_not_grown(
     workers = {t.config["data.num_workers"] for t in step.trials}
     assert max(workers) == 4, workers
     assert any("keep the 2 cores busy" in note and "range not grown" in note for note in step.grown), step.grown
+
+
+def test_the_ladder_does_not_measure_again_a_config_a_climb_already_measured(tmp_path, monkeypatch):
+    """Workers lose at the default threads (the first climb, compute dominating the step) and
+    come level at one thread; from that best rung the other knobs are tried alone, and the
+    default threads there is the first climb's first rung: read once, not twice (resnet_jpeg
+    measured 1 worker at the default threads in both its climb and its rest stage)."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+
+    def speed(c):
+        w, one = c.data.num_workers, c.backend.num_threads == 1
+        if not w:
+            return 100.0
+        return {1: 99.0, 2: 97.0}.get(w, 90.0) if one else {1: 90.0}.get(w, 85.0)
+
+    stages = {"data": 0.15, "forward": 0.4, "backward": 0.4, "optimizer": 0.05}
+    r = run_agent(FakeRunner(speed, noise=0.005, stages=lambda c: stages), tmp_path, only=("dataloader",))
+    tried = [tuple(sorted(t.config.items())) for t in r.steps[0].trials]
+    assert r.steps[0].trials[0].config["backend.num_threads"] is None  # the default threads' climb first
+    assert any(t.config["backend.num_threads"] == 1 for t in r.steps[0].trials)  # then one thread's
+    assert len(tried) == len(set(tried)), [t.changes for t in r.steps[0].trials]
