@@ -189,9 +189,8 @@ def _carried(ctx: Context, searches: list[RecipeSearch], grown: str, config: Tra
         if alt.get(k) != v or config.get(k) == v:
             continue
         at = config.get(grown)  # a trial with the change at the same count, whatever its other knobs
-        level = max((t.value for s in searches for t in s.ranked()
-                     if (t.user_attrs.get("config") or {}).get(k) == v and (t.user_attrs.get("config") or {}).get(grown) == at),
-                    default=None)
+        flats = [(t.value, t.user_attrs.get("config") or {}) for s in searches for t in s.ranked()]
+        level = max((value for value, flat in flats if flat.get(k) == v and flat.get(grown) == at), default=None)
         if level is not None and level >= best.value / ctx.band:
             config = alt
             words.append(f"{k}={v}")
