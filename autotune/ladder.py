@@ -130,13 +130,12 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         if between and left() > 0:
             stage(f"{lead}-between", {lead: between}, start, left())
     start, top = best(within_noise=True)
-    alone: list[tuple[str, Any]] = []
-    for j, (k, v) in enumerate((k, v) for k, vs in space.items() if k != lead for v in vs if v != start.get(k)):
+    alone = [(k, v) for k, vs in space.items() if k != lead for v in vs if v != start.get(k)]
+    for j, (k, v) in enumerate(alone):
         # Each other knob alone, from the best found; not again where a climb measured it (the
         # deciding knob's other value at a rung both climbs reached).
         if measured(normalized(start, {k: v})) is None and left() > 0:
             stage(f"rest-{j}", {k: [v]}, start, 1)
-        alone.append((k, v))
     kept: dict[str, Any] = {}
     for k, v in alone:
         b = measured(normalized(start, {k: v}), feasible=True)

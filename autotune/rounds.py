@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 
@@ -170,6 +171,13 @@ def _within_host(recipe: Recipe, space: dict[str, list], state: State) -> dict[s
     return out
 
 
+def _best_with(searches: list[RecipeSearch], values: dict[str, Any]) -> optuna.trial.FrozenTrial | None:
+    """The round's fastest feasible trial whose config holds every one of `values`."""
+    return max((t for s in searches for t in s.ranked()
+                if all((t.user_attrs.get("config") or {}).get(k) == v for k, v in values.items())),
+               key=lambda t: t.value, default=None)
+
+
 # Changes whose saving grows with a growing knob: persistent workers save every worker's
 # start at each epoch, so more workers save more.
 CARRIED = {"data.num_workers": {"data.persistent_workers": True}}
@@ -188,10 +196,8 @@ def _carried(ctx: Context, searches: list[RecipeSearch], grown: str, config: Tra
         alt = normalized(config, {k: v})
         if alt.get(k) != v or config.get(k) == v:
             continue
-        at = config.get(grown)  # a trial with the change at the same count, whatever its other knobs
-        flats = [(t.value, t.user_attrs.get("config") or {}) for s in searches for t in s.ranked()]
-        level = max((value for value, flat in flats if flat.get(k) == v and flat.get(grown) == at), default=None)
-        if level is not None and level >= best.value / ctx.band:
+        level = _best_with(searches, {k: v, grown: config.get(grown)})  # at the same count, other knobs as they were
+        if level is not None and level.value >= best.value / ctx.band:
             config = alt
             words.append(f"{k}={v}")
     how = (f", with {', '.join(words)} (read within the noise of the best at {config.get(grown)}; saves more with "
@@ -221,8 +227,7 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
             top = max(ranges[knob.key])
             # The top's own reading, when it is not the best: one reading of each is within
             # the noise of the other, so the range has not shown a peak below its top.
-            at_top = max((t for s in searches for t in s.ranked() if (t.user_attrs.get("config") or {}).get(knob.key)
-                          == top), key=lambda t: t.value, default=None)
+            at_top = _best_with(searches, {knob.key: top})
             # The best in the range's top octave (6 of 1..8) while the waste stays: one low
             # reading of the top (a noisy window, a late rung) does not close the range.
             high = (best.user_attrs.get("config") or {}).get(knob.key)
