@@ -16,7 +16,11 @@ one is predicted slower than the fastest fit measured. What a measured combinati
 against its prediction corrects the predictions of every combination holding those knobs
 (bf16 with micro-batch 512 read 0.8 of the product of each alone; bf16 with 256, and with
 256 and checkpointing, are taken to as well), so a model that flatters a pair of knobs
-does not walk all their values. The model's ranking decides, and a
+does not walk all their values, and each reading of a pair corrects its forecast on top
+of the readings before. A combination that fits rules out the same knobs with a smaller
+micro-batch (more steps for the same samples): one benchmark run, whose half batch alone
+read as fast as the whole batch, had gone on to bf16 with a quarter and an eighth of it
+after bf16 with half the batch fit (7 of the grid's 20 configs). The model's ranking decides, and a
 near tie is settled side by side (the two fastest fits are dueled). The stop is the model's
 own, not a tolerance of the noise band or the margin: on a noisy machine (a band of 1.5, a
 cross-process A/A of 1.2) either let it try 10-11 of the memory grid's 20 configs to take
@@ -134,6 +138,7 @@ def search(ctx: Context, name: str, space: dict[str, list[Any]], state: State, n
                 if more or t.user_attrs.get("state") == TrialState.OK.value:
                     break  # predicted, or the largest fits: smaller ones only cost more steps
     known = {**predicted, **factors}
+    sized = {k for k, values in space.items() if _is_size([v for v in values if v is not None])}
     tried = {k: [v for (kk, v) in known if kk == k] for k in space}
     combos = {}
     for pick in itertools.product(*([None, *vs] for vs in tried.values())):
@@ -171,9 +176,20 @@ def search(ctx: Context, name: str, space: dict[str, list[Any]], state: State, n
         peak0, speed0 = forecast(combo)
         if summary and summary.peak_memory_bytes and summary.samples_per_s and peak0 > 0 and speed0 > 0 \
                 and len(combo) > 1:  # how these knobs interact (bf16 with a micro-batch), at their other values too
-            adjust[frozenset(combo)] = (summary.peak_memory_bytes / base_peak / peak0,
-                                        summary.samples_per_s / base_speed / speed0)
+            was = adjust.get(frozenset(combo), (1.0, 1.0))  # the forecast held it: the new reading corrects on top
+            adjust[frozenset(combo)] = (was[0] * summary.peak_memory_bytes / base_peak / peak0,
+                                        was[1] * summary.samples_per_s / base_speed / speed0)
+        if t is not None and t.user_attrs.get("state") == TrialState.OK.value:
+            for k in [k for k, c in combos.items() if _smaller(c, combo, sized)]:
+                del combos[k]  # it fits: the same knobs with a smaller micro-batch only run more steps
     return searches, ran, skipped
+
+
+def _smaller(combo: dict[str, Any], than: dict[str, Any], sized: set[str]) -> bool:
+    """Whether `combo` is `than` with a smaller value of a size knob (and no larger one)."""
+    if combo == than or combo.keys() != than.keys():
+        return False
+    return all(combo[k] <= than[k] if k in sized else combo[k] == than[k] for k in combo)
 
 
 def applies(space: dict[str, list[Any]], state: State, limit: int | None) -> bool:

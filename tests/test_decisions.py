@@ -977,3 +977,36 @@ def test_a_grown_range_of_workers_carries_persistent_workers_that_held_their_own
     step = r.steps[0]
     assert any("grown to 16, 32, with data.persistent_workers=True" in note for note in step.grown), step.grown
     assert r.final_config["data.num_workers"] >= 32 and r.final_config["data.persistent_workers"], r.final_config
+
+
+def test_a_smaller_micro_batch_than_one_that_fits_is_not_measured(tmp_path):
+    """The benchmark's memory case on a Zen 4, once: half the batch alone read as fast as
+    the whole batch (over the limit), so every smaller micro-batch was predicted as fast;
+    bf16 with half the batch fit at 0.75 of what the product promised, and the search went
+    on to bf16 with a quarter and an eighth of the batch (7 trials of the grid's 20). With
+    the other knobs the same, a smaller micro-batch than one that fits only runs more
+    steps: once bf16 with half the batch fits, its smaller micro-batches are not tried, and
+    what a pair of knobs read against the model stays corrected from one of its readings
+    to the next."""
+
+    def memory(c):
+        mb = c.memory.micro_batch_size or 32
+        mem = 190.0 * (0.6 if c.precision.amp == "bf16" else 1.0) * (0.24 + 0.76 * mb / 32)
+        return int(mem * (0.52 if c.memory.activation_checkpointing else 1.0))
+
+    def speed(c):
+        bf16, mb, ckpt = c.precision.amp == "bf16", c.memory.micro_batch_size, c.memory.activation_checkpointing
+        s = 100.0 * (1.5 if bf16 else 1.0) * {None: 1.0, 16: 1.02, 8: 0.8, 4: 0.55, 2: 0.35}[mb]
+        return s * (0.7 if ckpt else 1.0) * (0.75 if bf16 and mb else 1.0)
+
+    runner = FakeRunner(speed, memory=memory, noise=0.01, stages=lambda c: {"forward": 0.5, "backward": 0.5},
+                        lowp={"bf16": 1.5})
+    r = run_agent(runner, tmp_path, memory_limit=100)
+    step = r.steps[0]
+    assert step.recipe == "memory-joint" and step.accepted, (step.recipe, step.reason)
+    tried = [(t.config["precision.amp"], t.config["memory.micro_batch_size"],
+              t.config["memory.activation_checkpointing"]) for t in step.trials]
+    assert ("bf16", 16, False) in tried, tried
+    assert not [m for a, m, k in tried if a == "bf16" and not k and m is not None and m < 16], tried
+    assert len(tried) <= 5, tried
+    assert (step.after_config["precision.amp"], step.after_config["memory.micro_batch_size"]) == ("bf16", 16)
