@@ -21,7 +21,7 @@ from typing import Any
 
 from . import probe
 from .config import TrainConfig
-from .diagnose import ADVICE, material
+from .diagnose import ADVICE, COMPUTE_STAGES, material
 from .errors import ConfigError
 from .recipes import Knob, Recipe
 from .record import Bottleneck, Step, Verdict, Waste
@@ -82,7 +82,8 @@ class Attempts:
 def expected_gain(recipe: Recipe, waste: Waste, stages: dict[str, float] | None = None,
                   lowp: dict[str, float] | None = None) -> float:
     """The prior gain of `recipe` on one waste, bounded by the waste's measured share (for
-    a recipe that acts on one compute stage, that stage's share in `stages`: Amdahl). A
+    a recipe that acts on one compute stage, that stage's share in `stages`, and of a
+    dispatch-bound step's launch cost the part inside that stage: Amdahl). A
     recipe that searches autocast's precision takes its compute speedup from the probe of
     this machine's matmuls (`lowp`, `autotune.probe`) where there is one."""
     if waste.cls is Bottleneck.COMPUTE:
@@ -95,7 +96,13 @@ def expected_gain(recipe: Recipe, waste: Waste, stages: dict[str, float] | None 
         return 1.0 / (1.0 - share * (1.0 - 1.0 / speedup))
     if waste.cls is Bottleneck.MEMORY:
         return math.inf if waste.share >= 1.0 else 1.0  # not fitting outranks any speed
-    return 1.0 / max(1e-9, 1.0 - recipe.removes * waste.share)
+    share = waste.share
+    if waste.cls is Bottleneck.LAUNCH and recipe.stage is not None and stages:
+        # The dispatch inside its stage, spread over the model's stages by their time: a fused
+        # optimizer removes the optimizer's per-parameter ops, not the forward's.
+        work = sum(stages.get(s, 0.0) for s in COMPUTE_STAGES)
+        share *= min(1.0, stages.get(recipe.stage, 0.0) / work) if work > 0 else 1.0
+    return 1.0 / max(1e-9, 1.0 - recipe.removes * share)
 
 
 def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, bool], attempts: Attempts,

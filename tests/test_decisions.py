@@ -851,6 +851,27 @@ def test_a_fused_optimizer_ranks_by_the_optimizer_steps_own_share():
     assert light[-1] == "optimizer-impl" and set(light) == set(heavy), light
 
 
+def test_on_a_dispatch_bound_step_a_fused_optimizer_removes_the_dispatch_inside_its_stage():
+    """A step of a thousand 2-us ops: a fused optimizer removes the optimizer's share of that
+    dispatch, not a fixed part of all of it. Where the optimizer is half the model's time
+    (overhead_bound: 1.7-1.8x fused) it is tried before fewer threads and compile (which had
+    spent three trials and a second compile round before it); where it is 6%, after them."""
+    from autotune.plan import Attempts, rank
+
+    def order(stages):
+        s = _stages_summary(stages).model_copy(update={
+            "signals": Signals(ops_per_step=1024, mean_op_us=2.0),
+            "step_time_s": StepTime(median=0.0023, p90=0.0025, mean=0.0023)})  # dispatch: 89% of the step
+        v = diagnose(s, "cpu")
+        assert v.bottleneck is Bottleneck.LAUNCH and v.waste(Bottleneck.LAUNCH).share > 0.8
+        return [c.recipe.name for c in rank(load_recipes(), v, "cpu", FACTS, Attempts(), margin=1.03)]
+
+    heavy = order({"forward": 0.16, "backward": 0.3, "optimizer": 0.52, "data": 0.02})
+    light = order({"forward": 0.34, "backward": 0.58, "optimizer": 0.06, "data": 0.02})
+    assert heavy.index("optimizer-impl") < min(heavy.index("threads"), heavy.index("compile")), heavy
+    assert light.index("optimizer-impl") > max(light.index("threads"), light.index("compile")), light
+
+
 def test_a_waste_that_could_gain_barely_more_than_the_margin_gets_a_short_look(tmp_path):
     """A 5.5% data wait: removing all of it gains at most 1.06x, twice the 3% floor at best;
     the loader gets two trials, not a whole ladder (a ladder at two thread counts took 5)."""
