@@ -260,7 +260,7 @@ class Agent:
             state = out.state
             for tried_recipe in tried:  # the shares it left: a revisit needs its waste to come back
                 attempts.record(tried_recipe, state.verdict, out.step)
-            r.budget.trials_used += len(out.step.trials)
+            r.budget.trials_used += sum(1 for t in out.step.trials if t.reused_from is None)
             r.budget.trials_run_now += out.ran
             r.budget.trials_skipped_for_budget += out.skipped
             r.steps.append(out.step)
@@ -277,7 +277,7 @@ class Agent:
         r.steps.append(Step(round=len(r.steps) + 1, recipe=recipe.name, bottleneck=target, trials=trials,
                             before=Brief.of(state.summary),
                             reason="the run stopped before this round could compare and decide"))
-        r.budget.trials_used += len(trials)
+        r.budget.trials_used += sum(1 for t in trials if t.reused_from is None)
 
     def _lowp(self) -> dict[str, float]:
         """The low-precision probe of this machine (`autotune.probe`), stored with the run so

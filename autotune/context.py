@@ -29,7 +29,7 @@ from .config import TrainConfig
 from .events import Listener
 from .record import Comparison, Summary, Verdict
 from .runner import TrialRunner
-from .search import Constraints, identity
+from .search import Constraints, Earlier, identity
 
 __all__ = ["Context", "State", "changes_text", "digest", "key", "window_band"]
 
@@ -67,6 +67,7 @@ class Context:
     nulls: list[Comparison] = field(default_factory=list)  # every A/A: the spread between fresh pairs of sessions
     looked: list[list[Comparison]] = field(default_factory=list)  # each candidate's fresh looks, for the same spread
     min_gain: float = 0.03  # the least gain worth keeping, whatever the noise
+    earlier: Earlier = field(default_factory=dict)  # every config the run's rounds measured, for later rounds
 
     def note(self, config: dict[str, Any], value: float | None, wall: float | None = None) -> None:
         if value is not None:

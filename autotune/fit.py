@@ -113,7 +113,7 @@ def search(ctx: Context, name: str, space: dict[str, list[Any]], state: State, n
         nonlocal ran, skipped
         measured.add(key(changes))
         s = RecipeSearch(ctx.storage, f"{name}-{suffix}", {}, normalized(state.config, changes), ctx.runner,
-                         ctx.constraints, ctx.seed, pool=ctx.pool, changes_from=state.config)
+                         ctx.constraints, ctx.seed, pool=ctx.pool, changes_from=state.config, earlier=ctx.earlier)
         searches.append(s)
         ctx.live.append(s)
         ran += s.run(1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())

@@ -64,7 +64,7 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         """A study of `sub` from `start`; with an empty `sub`, `start` itself is measured."""
         nonlocal ran, skipped
         s = RecipeSearch(ctx.storage, f"{name}-{suffix}", sub, start, ctx.runner, ctx.constraints, ctx.seed,
-                         pool=ctx.pool, incumbent_known=bool(sub), changes_from=state.config)
+                         pool=ctx.pool, incumbent_known=bool(sub), changes_from=state.config, earlier=ctx.earlier)
         searches.append(s)
         ctx.live.append(s)
         if one_by_one:

@@ -225,6 +225,8 @@ class Trial(Record):
     peak_memory_bytes: int | None = None
     config: FlatConfig | None = None
     worker: WorkerRef | None = None
+    reused_from: str | None = Field(None, description="Where this config's reading was taken before in the run "
+                                    "(`<study>#<trial>`): not measured again, and not counted in `budget.trials_used`.")
 
 
 class Brief(Record):
@@ -303,7 +305,8 @@ class StudyRef(Record):
 
 
 class Budget(Record):
-    trials_used: int
+    trials_used: int = Field(description="Configs measured by the search rounds (a reading reused from earlier in "
+                                         "the run is not counted).")
     trials_run_now: int
     trials_limit: int
     trials_skipped_for_budget: int = Field(0, description="Trials not started: they could not finish inside --budget.")

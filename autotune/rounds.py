@@ -7,7 +7,9 @@ lucky reading of the incumbent would hide real gains. The incumbent's estimate p
 every reading of it in the run, and each candidate within the noise band of it (best
 first, a few at most) is re-measured in turns against it before anything is decided.
 Since the run holds readings of the incumbent, a round does not measure it again: its
-trials are new configs only. A small space is walked most promising first, and a recipe
+trials are new configs only, and a config an earlier round measured (resnet_jpeg's one
+thread, tried alone by the loader's round and again as the threads round's only config)
+takes that reading instead of a trial. A small space is walked most promising first, and a recipe
 whose most promising config is slower than the incumbent beyond the noise stops there.
 """
 
@@ -28,7 +30,8 @@ from .diagnose import COMPUTE_STAGES, diagnose, material
 from .ladder import ints, staged
 from .recipes import Recipe
 from .record import Bottleneck, Brief, Step
-from .search import GRID_LIMIT, SLOW_CUT, RecipeSearch, best_of, normalized, reading, stored_summary, trial_record
+from .search import (GRID_LIMIT, SLOW_CUT, RecipeSearch, best_of, normalized, reading, remember, stored_summary,
+                     trial_record)
 
 REVISIT_TRIALS = 3  # fewest trials of a recipe's second round
 GROW_STEPS = 3  # most times a range grows in one round
@@ -86,7 +89,7 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
         ctx.events.recipe(round_no, recipe.name, 1)
         together = normalized(state.config, {k: v[0] for k, v in space.items()})
         search = RecipeSearch(ctx.storage, name, {}, together, runner, ctx.constraints, ctx.seed, pool=ctx.pool,
-                              changes_from=state.config)
+                              changes_from=state.config, earlier=ctx.earlier)
         ctx.live.append(search)
         searches, ran = [search], search.run(1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
         skipped = search.skipped
@@ -96,7 +99,8 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     else:
         search = RecipeSearch(ctx.storage, name, space, state.config, runner, ctx.constraints, ctx.seed,
                               each_knob_first=recipe.each_knob_first, pool=ctx.pool,
-                              incumbent_known=est is not None or not state.feasible)  # over the limit: known not to fit
+                              incumbent_known=est is not None or not state.feasible,  # over the limit: known not to fit
+                              earlier=ctx.earlier)
         ctx.events.recipe(round_no, recipe.name, min(n, search.grid))
         searches, ran = [search], 0
         ctx.live.append(search)
@@ -122,6 +126,8 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     grown = _grow(ctx, name, recipe, target, state, est, searches, trials_left - used, deadline)
     ran += sum(s_ran for s_ran, _ in grown)
     trials = [t for s in searches for t in s.finished()]
+    for s in searches:  # a later round that tries one of these configs takes its reading
+        remember(ctx.earlier, s.study.study_name, s.finished())
     for t in trials:
         if "reused_from" in t.user_attrs:
             continue  # the same measurement again: one reading
@@ -262,7 +268,8 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
                 return out
             # The best config was measured: it is the grown search's known incumbent.
             grow = RecipeSearch(ctx.storage, f"{name}-grow{i + 1}", {knob.key: values}, config, ctx.runner,
-                                ctx.constraints, ctx.seed, pool=ctx.pool, incumbent_known=True, changes_from=state.config)
+                                ctx.constraints, ctx.seed, pool=ctx.pool, incumbent_known=True, changes_from=state.config,
+                                earlier=ctx.earlier)
             ran = grow.run(min(len(values), trials_left), deadline,
                            on_trial=lambda t: ctx.events.trial(trial_record(t)), cost_s=ctx.trial_cost())
             trials_left -= len(grow.finished())

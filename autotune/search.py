@@ -118,6 +118,7 @@ def trial_record(t: optuna.trial.FrozenTrial) -> Trial:
         peak_memory_bytes=summary.peak_memory_bytes if summary else None,
         config=t.user_attrs.get("config"),
         worker=t.user_attrs.get("worker"),
+        reused_from=str(t.user_attrs["reused_from"]) if "reused_from" in t.user_attrs else None,
     )
 
 
@@ -158,6 +159,31 @@ def _distinct(base: TrainConfig, points: list[dict[str, Any]], skip: dict[str, A
     return out
 
 
+# A config's identity -> where an earlier round of the run measured it ("study#trial") and that trial.
+Earlier = dict[str, tuple[str, optuna.trial.FrozenTrial]]
+REUSABLE = (TrialState.OK.value, TrialState.INFEASIBLE.value, TrialState.SLOW.value)  # not: a crash, a cut-off
+
+
+def remember(earlier: Earlier, study: str, trials: list[optuna.trial.FrozenTrial]) -> None:
+    """Note `trials` (measured in `study`) for later rounds to reuse: each config's first
+    full reading, or the state that ruled it out (over the memory limit, far too slow)."""
+    for t in trials:
+        if "reused_from" in t.user_attrs or t.user_attrs.get("state") not in REUSABLE or not t.user_attrs.get("config"):
+            continue
+        earlier.setdefault(identity(TrainConfig().with_changes(t.user_attrs["config"])), (f"{study}#{t.number}", t))
+
+
+def _reuse(trial: optuna.Trial, t: optuna.trial.FrozenTrial, where: str) -> float | None:
+    """`trial` takes `t`'s reading (or the state that ruled it out) instead of a measurement."""
+    for k in ("state", "reason", "summary", "samples_per_s"):
+        if k in t.user_attrs:
+            trial.set_user_attr(k, t.user_attrs[k])
+    trial.set_user_attr("reused_from", where)
+    if t.state == optuna.trial.TrialState.PRUNED:
+        raise optuna.TrialPruned()
+    return t.value
+
+
 class RecipeSearch:
     """Search one recipe's space from the incumbent; `run` returns the stored study.
 
@@ -171,8 +197,10 @@ class RecipeSearch:
     def __init__(self, storage, name: str, space: dict[str, list[Any]], incumbent: TrainConfig,
                  runner: TrialRunner, constraints: Constraints, seed: int, each_knob_first: bool = False,
                  pool: Any = None, sampler: optuna.samplers.BaseSampler | None = None,
-                 incumbent_known: bool = False, changes_from: TrainConfig | None = None) -> None:
+                 incumbent_known: bool = False, changes_from: TrainConfig | None = None,
+                 earlier: Earlier | None = None) -> None:
         canonical = normalized(incumbent, {})  # a value that means the same as a choice is that choice
+        self.earlier = earlier  # the run's earlier rounds' trials: a config they measured is not measured again
         self.space = {k: list(dict.fromkeys([canonical.get(k), *v])) for k, v in space.items()}
         self.incumbent, self.runner, self.constraints, self.pool = canonical, runner, constraints, pool
         # What a trial's `changes` are shown against: the round's config, when this search
@@ -246,13 +274,10 @@ class RecipeSearch:
         trial.set_user_attr("worker", self.me.model_dump(mode="json"))
         for t in self.finished():  # the same config again (normalisation, TPE repeats): reuse it
             if t.user_attrs.get("config") == config.flat() and t.number != trial.number:
-                for k in ("state", "reason", "summary", "samples_per_s"):
-                    if k in t.user_attrs:
-                        trial.set_user_attr(k, t.user_attrs[k])
-                trial.set_user_attr("reused_from", t.number)
-                if t.state == optuna.trial.TrialState.PRUNED:
-                    raise optuna.TrialPruned()
-                return t.value
+                return _reuse(trial, t, f"{self.study.study_name}#{t.number}")
+        before = (self.earlier or {}).get(identity(config))
+        if before is not None:  # an earlier round measured it (a stage's single knob, a round's only config)
+            return _reuse(trial, before[1], before[0])
         checkpoint("trial")
         try:
             summary = self.runner.measure(config, floor=self.constraints.floor, until=self.until)
@@ -299,7 +324,7 @@ class RecipeSearch:
             done: list[optuna.trial.FrozenTrial] = []
             with quiet_optuna():
                 self.study.optimize(self.objective, n_trials=1, catch=(), callbacks=[lambda _, t: done.append(t)])
-            ran += 1
+            ran += 0 if done and "reused_from" in done[-1].user_attrs else 1  # a reused reading ran nothing
             if on_trial and done:
                 on_trial(done[-1])
         return ran

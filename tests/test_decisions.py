@@ -1031,3 +1031,24 @@ def test_a_smaller_micro_batch_than_one_that_fits_is_not_measured(tmp_path):
     assert not [m for a, m, k in tried if a == "bf16" and not k and m is not None and m < 16], tried
     assert len(tried) <= 5, tried
     assert (step.after_config["precision.amp"], step.after_config["memory.micro_batch_size"]) == ("bf16", 16)
+
+
+def test_a_later_round_takes_an_earlier_rounds_reading_of_the_same_config(tmp_path):
+    """The loader's round tries one thread alone from its incumbent (no worker helped); the
+    threads round's only config is that one: it takes that reading, measures nothing, and
+    the budget counts one trial for it."""
+
+    def speed(c):
+        return 100.0 * (1.0 if c.backend.num_threads == 1 else 1.02) * (0.7 if c.data.num_workers else 1.0)
+
+    stages = {"data": 0.3, "forward": 0.3, "backward": 0.3, "optimizer": 0.1}
+    runner = FakeRunner(speed, noise=0.01, stages=lambda c: stages)
+    r = run_agent(runner, tmp_path, only=("dataloader", "threads"))
+    loader, threads = r.steps[0], r.steps[1]
+    assert loader.recipe == "dataloader" and threads.recipe == "threads", [s.recipe for s in r.steps]
+    alone = [t for t in loader.trials if t.changes == {"backend.num_threads": [None, 1]}]
+    assert alone and [t.changes for t in threads.trials] == [{"backend.num_threads": [None, 1]}]
+    assert threads.trials[0].reused_from and threads.trials[0].samples_per_s == alone[0].samples_per_s
+    one_thread = [c for c in runner.measured if c["backend.num_threads"] == 1 and not c["data.num_workers"]]
+    assert len(one_thread) == 1, "measured once"
+    assert r.budget.trials_used == len(loader.trials) == r.budget.trials_run_now

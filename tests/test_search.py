@@ -293,6 +293,36 @@ def test_a_config_sampled_twice_is_measured_once():
     assert len(runner.measured) == 3
 
 
+def test_a_config_an_earlier_round_measured_takes_that_reading():
+    """resnet_jpeg's loader round measured one thread alone (from no workers); the threads
+    round's only config was the same, and was measured again. A later search takes the
+    earlier reading (or the state that ruled it out), says where it came from, and
+    measures only what is new; a crash is measured again."""
+    from autotune.search import remember
+
+    def speed(c: TrainConfig) -> float:
+        if c.data.num_workers == 2:
+            raise TrialFailed(FailureKind.CRASH, "a worker died")
+        return 100.0 * (1 + c.data.num_workers)
+
+    storage = optuna.storages.InMemoryStorage()
+    runner = FakeRunner(speed, noise=0.0, memory=lambda c: 2000 if c.data.num_workers == 3 else 500)
+    first = RecipeSearch(storage, "r01", {"data.num_workers": [1, 2, 3]}, TrainConfig(), runner,
+                         Constraints(1000, [1.0, 0.9]), 0, incumbent_known=True)
+    first.run(3, deadline=None)
+    assert len(runner.measured) == 3
+    earlier: dict = {}
+    remember(earlier, "r01", first.finished())
+    later = RecipeSearch(storage, "r02", {"data.num_workers": [1, 2, 3, 4]}, TrainConfig(), runner,
+                         Constraints(1000, [1.0, 0.9]), 0, incumbent_known=True, earlier=earlier)
+    later.run(4, deadline=None)
+    records = {t.params["data.num_workers"]: trial_record(t) for t in later.finished()}
+    assert [c["data.num_workers"] for c in runner.measured[3:]] == [2, 4], "only the crash and the new config"
+    assert records[1].reused_from and records[1].reused_from.startswith("r01#") and records[1].samples_per_s == 200.0
+    assert records[3].state is TrialState.INFEASIBLE and records[3].reused_from
+    assert records[2].reused_from is None and records[4].reused_from is None
+
+
 def test_best_is_none_when_nothing_is_feasible():
     def speed(c: TrainConfig) -> float:
         raise TrialFailed(FailureKind.OOM, "out of memory")

@@ -181,10 +181,15 @@ def trial_table(step: Step) -> Table:
     """A step's trials in the order tried; who measured each when more than one process did."""
     who = {(t.worker.host, t.worker.pid) for t in step.trials if t.worker}
     rows = [[fmt_value(t.number), change_list(t.changes) or "baseline config", fmt_rate(t.samples_per_s),
-             t.state.value, fmt_bytes(t.peak_memory_bytes), t.reason or ""]
+             t.state.value, fmt_bytes(t.peak_memory_bytes), _note(t)]
             + ([_worker_cell(t)] if len(who) > 1 else []) for t in step.trials]
     headers = ["trial", "changes", "samples/s", "state", "peak memory", "note"]
     return headers + (["measured by"] if len(who) > 1 else []), rows
+
+
+def _note(t) -> str:
+    reused = f"the reading of {t.reused_from}, not measured again" if t.reused_from else ""
+    return "; ".join(x for x in (t.reason, reused) if x)
 
 
 def _worker_cell(t) -> str:
