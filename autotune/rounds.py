@@ -35,6 +35,7 @@ from .search import (GRID_LIMIT, SLOW_CUT, RecipeSearch, best_of, normalized, re
 
 REVISIT_TRIALS = 3  # fewest trials of a recipe's second round
 GROW_STEPS = 3  # most times a range grows in one round
+MOVED = 0.05  # a waste share this far below the incumbent's: the range's knob acts on it
 # Trials of a round whose prior gain is under twice the margin's gain (a 5% data wait: at
 # most 1.05x, where true gains of 1.05-1.06x failed confirmation under a 1.03 margin).
 SHORT_LOOK = 2
@@ -216,7 +217,9 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
     """While the best trial sits at the top of a growable knob's range (or the top's trial
     is within the noise of the best, or the best is in the range's top octave) and its
     waste is still material, search that knob at twice and four times the top (within the
-    guard)."""
+    guard). Not when the range's best read no faster than the incumbent and left its waste
+    where it was: loader workers that neither speed the step nor shorten its data wait (a
+    FakeRunner's constant 30% wait once grew them to 123) show no direction to grow in."""
     out: list[tuple[int, str]] = []
     ranges = {k.key: ints(searches[0].space[k.key]) for k in recipe.knobs if k.grow and k.key in searches[0].space}
     growable = [k for k in recipe.knobs if ranges.get(k.key)]
@@ -228,6 +231,12 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
         verdict = diagnose(summary, ctx.runner.device.type, ctx.constraints.memory_limit, previous=state.verdict)
         waste = verdict.waste(target)
         if waste is None or not material(waste, ctx.margin):
+            break
+        before = state.verdict.waste(target)
+        if i == 0 and est is not None and best.value <= est and (before is None or waste.share > before.share - MOVED):
+            out.append((0, f"the range's best trial read no faster than the current config ({best.value / est:.2f}x "
+                           f"its estimate) and left the step losing {waste.share:.0%} to {target.value}: the knob "
+                           f"does not act on it here, so more of it would not either; range not grown"))
             break
         for knob in growable:
             top = max(ranges[knob.key])

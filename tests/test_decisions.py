@@ -1052,3 +1052,19 @@ def test_a_later_round_takes_an_earlier_rounds_reading_of_the_same_config(tmp_pa
     one_thread = [c for c in runner.measured if c["backend.num_threads"] == 1 and not c["data.num_workers"]]
     assert len(one_thread) == 1, "measured once"
     assert r.budget.trials_used == len(loader.trials) == r.budget.trials_run_now
+
+
+def test_a_range_that_moves_neither_the_speed_nor_the_waste_is_not_grown(tmp_path):
+    """Workers that leave a 30% data wait where it was and read a little below the
+    incumbent (within the noise): the range's best sits at its top, but nothing says more
+    workers would help, and the range is not grown (it had grown to 123)."""
+
+    def speed(c):
+        return 100.0 * (0.97 if c.data.num_workers else 1.0)
+
+    stages = {"data": 0.3, "forward": 0.3, "backward": 0.3, "optimizer": 0.1}
+    r = run_agent(FakeRunner(speed, noise=0.01, stages=lambda c: stages), tmp_path, only=("dataloader",))
+    step = r.steps[0]
+    top = max(load_recipes()[0].space("cpu", machine.cores(), 32)["data.num_workers"])
+    assert not [t for t in step.trials if t.config["data.num_workers"] > top], [t.changes for t in step.trials]
+    assert any("range not grown" in g for g in step.grown), step.grown
