@@ -21,7 +21,7 @@ from typing import Any
 
 from . import probe
 from .config import TrainConfig
-from .diagnose import ADVICE, COMPUTE_STAGES, material
+from .diagnose import ADVICE, COMPUTE_STAGES, material, resolvable
 from .errors import ConfigError
 from .recipes import Knob, Recipe
 from .record import Bottleneck, Step, Verdict, Waste
@@ -197,7 +197,7 @@ def stop_reason(verdict: Verdict, margin: float, lowp: dict[str, float] | None =
     left = [w for w in verdict.wastes if w.cls is not Bottleneck.COMPUTE]
     if not left or not any(material(w, margin) for w in left):
         rest = "; ".join(f"{w.cls.value} {w.share:.0%} (at most {w.max_gain:.2f}x)" for w in left if w.max_gain)
-        below = f" (what is left: {rest}, below the noise margin {margin:.3f})" if rest else ""
+        below = f" (what is left: {rest}, not above {resolvable(margin):.3f}: what the noise can resolve)" if rest else ""
         slow = "" if not lowp or probe.fast(lowp) else (
             " (autocast does not apply for speed here: this CPU's lower-precision matmuls run at "
             + probe.text(lowp) + " of fp32's)")
