@@ -18,9 +18,11 @@ against its prediction corrects the predictions of every combination holding tho
 256 and checkpointing, are taken to as well), so a model that flatters a pair of knobs
 does not walk all their values, and each reading of a pair corrects its forecast on top
 of the readings before. A combination that fits rules out the same knobs with a smaller
-micro-batch (more steps for the same samples): one benchmark run, whose half batch alone
-read as fast as the whole batch, had gone on to bf16 with a quarter and an eighth of it
-after bf16 with half the batch fit (7 of the grid's 20 configs). The model's ranking decides, and a
+micro-batch (more steps for the same samples), and with more knobs that each read slower
+alone (checkpointing recomputes): one benchmark run, whose half batch alone read as fast as
+the whole batch, had gone on to bf16 with a quarter and an eighth of it after bf16 with
+half the batch fit (7 of the grid's 20 configs), and another measured bf16 with half the
+batch and checkpointing after both pairs fit. The model's ranking decides, and a
 near tie is settled side by side (the two fastest fits are dueled). The stop is the model's
 own, not a tolerance of the noise band or the margin: on a noisy machine (a band of 1.5, a
 cross-process A/A of 1.2) either let it try 10-11 of the memory grid's 20 configs to take
@@ -180,16 +182,19 @@ def search(ctx: Context, name: str, space: dict[str, list[Any]], state: State, n
             adjust[frozenset(combo)] = (was[0] * summary.peak_memory_bytes / base_peak / peak0,
                                         was[1] * summary.samples_per_s / base_speed / speed0)
         if t is not None and t.user_attrs.get("state") == TrialState.OK.value:
-            for k in [k for k, c in combos.items() if _smaller(c, combo, sized)]:
-                del combos[k]  # it fits: the same knobs with a smaller micro-batch only run more steps
+            for k in [k for k, c in combos.items() if _dominated(c, combo, sized, known)]:
+                del combos[k]  # it fits: a smaller micro-batch, or a knob that alone cost speed, only costs more
     return searches, ran, skipped
 
 
-def _smaller(combo: dict[str, Any], than: dict[str, Any], sized: set[str]) -> bool:
-    """Whether `combo` is `than` with a smaller value of a size knob (and no larger one)."""
-    if combo == than or combo.keys() != than.keys():
+def _dominated(combo: dict[str, Any], fit: dict[str, Any], sized: set[str], known: Factors) -> bool:
+    """Whether `combo` is `fit` (which fits) with smaller values of its size knobs, or more
+    knobs each of which read slower than the incumbent alone (checkpointing: recompute):
+    what only saves memory that is no longer needed."""
+    if combo == fit or not fit.keys() <= combo.keys():
         return False
-    return all(combo[k] <= than[k] if k in sized else combo[k] == than[k] for k in combo)
+    same = all(combo[k] <= fit[k] if k in sized else combo[k] == fit[k] for k in fit)
+    return same and all(known.get((k, combo[k]), (1.0, 1.0))[1] < 1.0 for k in combo.keys() - fit.keys())
 
 
 def applies(space: dict[str, list[Any]], state: State, limit: int | None) -> bool:

@@ -1084,3 +1084,24 @@ def test_a_waste_whose_whole_removal_the_noise_could_not_confirm_gets_no_trials(
     assert not r.steps, [s.recipe for s in r.steps]
     assert "input 6% (at most 1.06x)" in r.stop_reason and "what the noise can resolve" in r.stop_reason, \
         r.stop_reason
+
+
+
+def test_a_fit_rules_out_what_only_saves_more_memory():
+    """Once bf16 with micro-batch 512 fits (the benchmark's memory case), adding
+    checkpointing (which alone read 0.75 of the baseline: it recomputes) or halving the
+    micro-batch only saves memory no longer needed, and is not measured (one run measured
+    bf16, 512 and checkpointing as its sixth trial); adding a knob that read faster alone
+    is still a candidate, and so is a different precision."""
+    from autotune.fit import _dominated
+
+    known = {("precision.amp", "bf16"): (0.6, 1.3), ("memory.micro_batch_size", 512): (0.62, 0.95),
+             ("memory.micro_batch_size", 256): (0.45, 0.8), ("memory.activation_checkpointing", True): (0.52, 0.75),
+             ("optimizer.impl", "fused"): (1.0, 1.1)}
+    sized = {"memory.micro_batch_size"}
+    fit = {"precision.amp": "bf16", "memory.micro_batch_size": 512}
+    assert _dominated({**fit, "memory.activation_checkpointing": True}, fit, sized, known)
+    assert _dominated({**fit, "memory.micro_batch_size": 256}, fit, sized, known)
+    assert not _dominated({**fit, "optimizer.impl": "fused"}, fit, sized, known)
+    assert not _dominated({"precision.amp": "bf16", "memory.activation_checkpointing": True}, fit, sized, known)
+    assert not _dominated(fit, fit, sized, known)
