@@ -29,7 +29,7 @@ from .lock import Lease
 from .plan import Attempts, joint_memory_recipe, rank, stacked_recipe, stop_reason
 from .recipes import Recipe
 from .record import (Bottleneck, Brief, Budget, Comparison, FailureKind, Noise, Ratio, Recommendation, Report, Step,
-                     StudyRef, Summary)
+                     StudyRef, Summary, Trial)
 from .context import BAND_CAP, Context, State, window_band
 from .rounds import play
 from .decide import one_look, pooled
@@ -40,6 +40,11 @@ from .stats import noise_margin, paired_ratio
 MIN_GAIN = 0.03  # a change must gain at least 3%, whatever the noise says
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def measured(trials: list[Trial]) -> int:
+    """How many of `trials` were measured (a reading reused from earlier in the run was not)."""
+    return sum(1 for t in trials if t.reused_from is None)
 
 
 @dataclass
@@ -260,7 +265,7 @@ class Agent:
             state = out.state
             for tried_recipe in tried:  # the shares it left: a revisit needs its waste to come back
                 attempts.record(tried_recipe, state.verdict, out.step)
-            r.budget.trials_used += sum(1 for t in out.step.trials if t.reused_from is None)
+            r.budget.trials_used += measured(out.step.trials)
             r.budget.trials_run_now += out.ran
             r.budget.trials_skipped_for_budget += out.skipped
             r.steps.append(out.step)
@@ -277,7 +282,7 @@ class Agent:
         r.steps.append(Step(round=len(r.steps) + 1, recipe=recipe.name, bottleneck=target, trials=trials,
                             before=Brief.of(state.summary),
                             reason="the run stopped before this round could compare and decide"))
-        r.budget.trials_used += sum(1 for t in trials if t.reused_from is None)
+        r.budget.trials_used += measured(trials)
 
     def _lowp(self) -> dict[str, float]:
         """The low-precision probe of this machine (`autotune.probe`), stored with the run so

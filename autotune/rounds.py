@@ -126,9 +126,11 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     used = sum(len(s.finished()) for s in searches)
     grown = _grow(ctx, name, recipe, target, state, est, searches, trials_left - used, deadline)
     ran += sum(s_ran for s_ran, _ in grown)
-    trials = [t for s in searches for t in s.finished()]
-    for s in searches:  # a later round that tries one of these configs takes its reading
-        remember(ctx.earlier, s.study.study_name, s.finished())
+    trials = []
+    for s in searches:  # each stage's trials read once; a later round that tries one of these configs takes its reading
+        done = s.finished()
+        remember(ctx.earlier, s.study.study_name, done)
+        trials += done
     for t in trials:
         if "reused_from" in t.user_attrs:
             continue  # the same measurement again: one reading
