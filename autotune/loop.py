@@ -37,6 +37,21 @@ def _workers_past_cores_allowed() -> Iterator[None]:
         yield
 
 
+def _settle(epoch: Any) -> None:
+    """Receive (and drop) every batch a persistent multi-process loader iterator has asked its
+    workers for. A window stops mid-epoch with `num_workers x prefetch_factor` batches
+    requested: persistent workers go on decoding them after the window, on the cores the
+    next window (another config's, interleaved) is measured on, which read 1.3-1.5x noise
+    into decode_bound's comparisons; a real epoch ends with none requested. The next
+    `iter(loader)` resets the iterator as before. Non-persistent iterators end their workers
+    when dropped, and an iterator without these internals is left as it is."""
+    if not getattr(epoch, "_persistent_workers", False) or not hasattr(epoch, "_get_data"):
+        return
+    while getattr(epoch, "_tasks_outstanding", 0) > 0:
+        epoch._get_data()
+        epoch._tasks_outstanding -= 1
+
+
 class NullClock:
     """A clock that times nothing: production training."""
 
@@ -132,6 +147,7 @@ class Trainer:
         self._to_device = device.type != "cpu" or config.layout.channels_last
         self.dataset = workload.make_dataset()
         self.loader = self._make_loader()
+        self._epoch_iter = None  # the loader iterator of the epoch in progress
         self.steps_done = 0
         self.annotate = False  # named profiler ranges per stage (set while profiling)
 
@@ -178,7 +194,7 @@ class Trainer:
                 self.loader.sampler.set_epoch(self._epoch)
             self._epoch += 1
             with _workers_past_cores_allowed():
-                epoch = iter(self.loader)
+                epoch = self._epoch_iter = iter(self.loader)
             for b in epoch:
                 got = True
                 yield b
@@ -189,6 +205,12 @@ class Trainer:
                         f"Workload {self.workload.name!r}: the dataset yielded no batch of {self.rank_batch} "
                         "samples; give a dataset with at least batch_size samples."
                     )
+
+    def settle(self) -> None:
+        """After a stream is closed mid-epoch: wait out the batches its persistent workers were
+        already asked for, so that none is decoded later, inside another config's window."""
+        epoch, self._epoch_iter = self._epoch_iter, None
+        _settle(epoch)
 
     def _range(self, name: str):
         if not self.annotate:

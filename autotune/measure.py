@@ -235,8 +235,9 @@ class Session:
         return took
 
     def _close_stream(self) -> None:
-        self._stream.close()  # shuts down this iterator's workers (unless persistent)
+        self._stream.close()
         self._stream = None
+        self.trainer.settle()  # persistent workers finish what they were asked; others end
 
     def _batch(self):
         b, self._pending = self._pending, None

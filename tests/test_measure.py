@@ -3,12 +3,13 @@ plan, and the summary's shape as the typed record."""
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 
 import torch
 
 from autotune import Protocol, Summary, TrainConfig, Workload, measure
-from autotune.measure import Measurement, Window
+from autotune.measure import Measurement, Session, Window
 from workloads import Vectors, ce_loss, mlp
 
 CPU = torch.device("cpu")
@@ -115,3 +116,36 @@ def test_the_loading_threads_cpu_share_tells_decoding_from_waiting():
     assert _cpu_share(lambda: BusyVectors(64)) > 0.5
     assert _cpu_share(lambda: SlowVectors(64)) < 0.25
     assert _cpu_share(lambda: SlowVectors(64), workers=1) is None
+
+
+class Counted(Vectors):
+    """Counts its fetches across loader worker processes (shared memory made before the fork)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.fetched = multiprocessing.Value("i", 0)
+
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        with self.fetched.get_lock():
+            self.fetched.value += 1
+        return super().__getitem__(i)
+
+
+def test_persistent_workers_decode_nothing_after_their_window():
+    """A window stops mid-epoch with batches already requested from the workers; persistent
+    ones would decode them after it, inside the next (interleaved) config's window. They
+    are waited out before the window returns, and the next window starts a fresh epoch."""
+    wl = Workload(name="counted", model=mlp, dataset=lambda: Counted(256),
+                  optimizer=lambda p: torch.optim.SGD(p, lr=0.1), loss=ce_loss, batch_size=4)
+    config = TrainConfig().with_changes({"data.num_workers": 2, "data.prefetch_factor": 4,
+                                         "data.persistent_workers": True})
+    session = Session(wl, config, CPU, Protocol(windows=2, steps=4, warmup_steps=0, profile_steps=1))
+    try:
+        session.window()
+        fetched = session.trainer.dataset.fetched.value
+        time.sleep(0.3)  # ample for 2 workers to decode the 8 requested batches (64 ms of work)
+        assert session.trainer.dataset.fetched.value == fetched
+        assert session.window().samples > 0
+    finally:
+        session.close()
