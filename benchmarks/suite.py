@@ -173,7 +173,7 @@ def run_case(case: Case, rule: RuleOfThumb, protocol: Protocol, device: torch.de
         *((m, searches[m]["samples_per_s"] > 0) for m in SEARCHES),
         ("autotune", not (case.memory_limit and final_peak > case.memory_limit))) if not ok}
     log(f"{case.name}: judging {len({tuple(c.flat().items()) for c in chosen.values()})} distinct configs in turns")
-    judged = judge(runner, chosen, infeasible, log, split=len(top) > 1)
+    judged = judge(runner, chosen, infeasible, log, split=len(top) > 1, focus=("autotune", top))
     best = fastest(judged, top) if top else "default"
     judged["labels"]["oracle"] = judged["labels"][best]
     chosen["oracle"] = chosen[best]
@@ -225,7 +225,7 @@ def run_case(case: Case, rule: RuleOfThumb, protocol: Protocol, device: torch.de
                          t.model_dump(mode="json", include={"changes", "samples_per_s", "state", "peak_memory_bytes"})
                          for t in st.trials]} for st in rep.steps],
                      "final_diagnosis": rep.diagnosis.bottleneck.value if rep.diagnosis else None},
-        "judge_wall_s": judged["wall_s"], "wall_s": time.perf_counter() - t0,
+        "judge_wall_s": judged["wall_s"], "judge_rounds": judged["rounds"], "wall_s": time.perf_counter() - t0,
         "runner": "a process per measurement (isolated)" if case.isolate else "in-process",
         "load_avg": {"before": load_before, "after": _load()},
     }

@@ -101,17 +101,19 @@ def test_unknown_example_is_bad_input(capsys):
     assert [c.name for c in select(CASES, "memory_bound.py,input_bound")] == ["input_bound", "memory_bound"]
 
 
-def _equal_configs_judged(seed: int, split: bool) -> float:
+def _equal_configs_judged(seed: int, split: bool, focus: bool = False, noise: float = 0.2) -> float:
     """autotune's config over the grid's best, when all four configs are equally fast."""
     from autotune.config import TrainConfig
     from autotune.testing import FakeRunner
     from benchmarks.methods import fastest, judge, ratio
 
-    runner = FakeRunner(lambda c: 1000.0, noise=0.2, seed=seed, protocol=suite.PROTOCOL)
+    top = ["grid_1", "grid_2", "grid_3"]
+    runner = FakeRunner(lambda c: 1000.0, noise=noise, seed=seed, protocol=suite.PROTOCOL)
     chosen = {f"grid_{i}": TrainConfig().with_changes({"data.num_workers": i}) for i in (1, 2, 3)}
     chosen["autotune"] = TrainConfig().with_changes({"data.num_workers": 4})
-    judged = judge(runner, chosen, set(), lambda _: None, split=split)
-    judged["labels"]["oracle"] = judged["labels"][fastest(judged, ["grid_1", "grid_2", "grid_3"])]
+    judged = judge(runner, chosen, set(), lambda _: None, split=split, focus=("autotune", top) if focus else None)
+    judged["labels"]["oracle"] = judged["labels"][fastest(judged, top)]
+    _equal_configs_judged.rounds = judged["rounds"]
     return ratio(judged, "oracle", "autotune")["ratio"]
 
 
@@ -127,3 +129,17 @@ def test_the_judge_picks_the_grids_best_on_rounds_its_figures_do_not_use():
 
     assert mean_log(split=False) < math.log(0.95)
     assert abs(mean_log(split=True)) < math.log(1.025)
+
+
+def test_the_judge_adds_rounds_while_autotunes_interval_against_the_grids_best_is_wide():
+    """With 20% window noise, five pairs leave a 0.95 reading between equal configs to
+    chance; the judge goes on (up to three times the rounds) and fewer runs read below 0.95.
+    On a quiet machine it stops at the protocol's rounds."""
+    base = 2 * suite.PROTOCOL.windows
+    _equal_configs_judged(0, True, focus=True, noise=0.005)
+    assert _equal_configs_judged.rounds == base
+    short = [_equal_configs_judged(seed, True) for seed in range(40)]
+    assert _equal_configs_judged.rounds == base
+    long = [_equal_configs_judged(seed, True, focus=True) for seed in range(40)]
+    assert base < _equal_configs_judged.rounds <= 3 * base
+    assert sum(r < 0.95 for r in long) < sum(r < 0.95 for r in short)
