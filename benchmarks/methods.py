@@ -236,9 +236,9 @@ def judge(runner: Runner, configs: dict[str, TrainConfig], infeasible: set[str],
         cap = rounds * JUDGE_ROUNDS
         while focus and rounds + 4 <= cap and _widest(focus, configs, windows, failed) > JUDGE_HALF_WIDTH:
             log(f"  judge: {focus[0]} against the grid's best still wider than +-{JUDGE_HALF_WIDTH:.0%}; 4 rounds more")
-            for r in range(rounds, rounds + 4):
-                play(r)
             rounds += 4
+            for r in range(rounds - 4, rounds):
+                play(r)
     finally:
         for h in handles.values():
             h.close()

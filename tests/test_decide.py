@@ -61,8 +61,10 @@ def candidate(runner: FakeRunner, changes: dict, value: float) -> optuna.trial.F
         "config": cfg.flat(), "changes": changes, "summary": runner.open(cfg).summary().model_dump(mode="json")})
 
 
-def run(script: Script, cands: list[optuna.trial.FrozenTrial], ctx, state) -> tuple[Step, State]:
-    step = Step(round=1, recipe="optimizer-impl", bottleneck="compute", trials=[], before=Brief.of(state.summary))
+def run(script: Script, cands: list[optuna.trial.FrozenTrial], ctx, state,
+        prior: float | None = None) -> tuple[Step, State]:
+    step = Step(round=1, recipe="optimizer-impl", bottleneck="compute", trials=[], before=Brief.of(state.summary),
+                expected_gain=prior)
     recipe = next(r for r in load_recipes() if r.name == "optimizer-impl")
     return step, decide(ctx, "s/01", recipe, step, state, cands, None)
 
@@ -249,6 +251,30 @@ def test_an_inconclusive_first_look_ends_there_when_the_search_read_no_clear_gai
     script = Script(accept=INCONCLUSIVE, confirm=CLEAR)
     ctx, runner, state = setup(script)
     step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 102.0)], ctx, state)
+    assert script.kinds() == ["accept"] and not step.accepted
+
+
+DIP = [105.0, 92.0, 104.0, 93.0, 99.0]  # 0.98x, an interval from ~0.91 to ~1.06
+
+
+def test_an_inconclusive_first_look_at_a_large_measured_waste_gets_fresh_evidence():
+    """A candidate whose search reading fell under a lucky incumbent's, and whose one look
+    reads 0.98x without ruling out a gain, is looked at again when the profile measured a
+    waste it removes worth 1.8x; not when that waste is worth no more than twice the margin."""
+    first = Comparison(**paired_ratio(INCUMBENT, DIP))
+    for prior, kinds in ((1.8, ["accept", "confirm"]), (1.05, ["accept"]), (None, ["accept"])):
+        script = Script(accept=DIP, confirm=CLEAR, confirm2=CLEAR, confirm3=CLEAR, confirm4=CLEAR, confirm5=CLEAR)
+        ctx, runner, state = setup(script)
+        assert first.ratio < 1.0 and first.high > ctx.margin  # the premise
+        step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 95.0)], ctx, state, prior=prior)
+        assert script.kinds()[:2] == kinds, prior
+        assert step.accepted == (prior == 1.8), step.reason
+
+
+def test_a_first_look_that_rules_out_a_gain_ends_there_whatever_the_waste():
+    script = Script(accept=NOTHING, confirm=CLEAR)
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 95.0)], ctx, state, prior=3.0)
     assert script.kinds() == ["accept"] and not step.accepted
 
 
