@@ -112,7 +112,9 @@ class Summary(Record):
         default_factory=list, description="Each window's stage shares: the spread a diagnosis weighs a share against.")
     peak_memory_bytes: int | None = None
     peak_rss_bytes: int | None = None
-    one_time: dict[str, float] = Field(default_factory=dict, description="setup_s, first_step_s, loader_first_batch_s.")
+    one_time: dict[str, float] = Field(default_factory=dict, description=(
+        "setup_s, first_step_s, loader_first_batch_s, epoch_start_s (the last window's), worker_start_s (persistent "
+        "workers' one start: charged to no window)."))
     signals: Signals = Field(default_factory=Signals)
     measured_steps: int = 0
     first_losses: list[float] = Field(default_factory=list)
