@@ -168,22 +168,21 @@ JUDGE_ROUNDS = 3  # at most this many times the protocol's rounds
 
 
 def _widest(focus: tuple[str, list[str]], configs: dict[str, TrainConfig], windows: dict[tuple, list[float]],
-            failed: dict[tuple, str]) -> float:
-    """The widest half-width (log ratio) of the focus label's paired interval against the others."""
+            chosen_on: dict[tuple, list[float]], failed: dict[tuple, str]) -> float:
+    """The half-width (log ratio) of the focus label's paired interval against the leader
+    of the others so far (on the rounds that pick it: `chosen_on` when split); 0 when the
+    focus label is the leader's config."""
     label, others = focus
-    if label not in configs or _key(configs[label]) not in windows or _key(configs[label]) in failed:
+    mine = _key(configs[label]) if label in configs else None
+    keys = {_key(configs[o]) for o in others if o in configs} - set(failed)
+    keys = [k for k in keys if k in windows]
+    if mine is None or mine not in windows or mine in failed or not keys:
         return 0.0
-    mine = windows[_key(configs[label])]
-    widest = 0.0
-    for o in others:
-        k = _key(configs[o]) if o in configs else None
-        if k is None or k == _key(configs[label]) or k not in windows or k in failed:
-            continue
-        r = paired_ratio(mine, windows[k])
-        if r["pairs"] < 2:
-            return math.inf
-        widest = max(widest, math.log(r["high"] / r["ratio"]))
-    return widest
+    leader = max(keys, key=lambda k: harmonic(chosen_on[k] or windows[k]))
+    if leader == mine:
+        return 0.0
+    r = paired_ratio(windows[mine], windows[leader])
+    return math.log(r["high"] / r["ratio"]) if r["pairs"] > 1 else math.inf
 
 
 def judge(runner: Runner, configs: dict[str, TrainConfig], infeasible: set[str], log: Log,
@@ -197,8 +196,9 @@ def judge(runner: Runner, configs: dict[str, TrainConfig], infeasible: set[str],
     windows each read ~9% high on FakeRunner), which would count against any other method.
 
     `focus`: (label, others): past the protocol's rounds, rounds go on in blocks of four
-    (both orders, both halves) while the paired interval of `label` against any of
-    `others` on a different config is wider than +-JUDGE_HALF_WIDTH, up to JUDGE_ROUNDS
+    (both orders, both halves) while the paired interval of `label` against the leader of
+    `others` (the fastest so far, when it is another config) is wider than
+    +-JUDGE_HALF_WIDTH, up to JUDGE_ROUNDS
     times the rounds: on a machine whose windows vary 20%, five pairs leave a 0.95 point
     estimate between two equal configs to chance (decode_bound: 0.74 [0.54, 1.00], then
     0.91 [0.76, 1.09]); a quiet case stops at the protocol's rounds.
@@ -234,7 +234,7 @@ def judge(runner: Runner, configs: dict[str, TrainConfig], infeasible: set[str],
         for r in range(rounds):
             play(r)
         cap = rounds * JUDGE_ROUNDS
-        while focus and rounds + 4 <= cap and _widest(focus, configs, windows, failed) > JUDGE_HALF_WIDTH:
+        while focus and rounds + 4 <= cap and _widest(focus, configs, windows, chosen_on, failed) > JUDGE_HALF_WIDTH:
             log(f"  judge: {focus[0]} against the grid's best still wider than +-{JUDGE_HALF_WIDTH:.0%}; 4 rounds more")
             rounds += 4
             for r in range(rounds - 4, rounds):

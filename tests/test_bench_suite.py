@@ -143,3 +143,17 @@ def test_the_judge_adds_rounds_while_autotunes_interval_against_the_grids_best_i
     long = [_equal_configs_judged(seed, True, focus=True) for seed in range(40)]
     assert base < _equal_configs_judged.rounds <= 3 * base
     assert sum(r < 0.95 for r in long) < sum(r < 0.95 for r in short)
+
+
+def test_the_judge_adds_no_rounds_when_autotune_holds_the_leading_config():
+    """autotune kept the grid's clear best: other, slower grid configs are no reason to go on."""
+    from autotune.config import TrainConfig
+    from autotune.testing import FakeRunner
+    from benchmarks.methods import judge
+
+    runner = FakeRunner(lambda c: 1000.0 * (2 if c.data.num_workers == 1 else 1), noise=0.2, seed=0,
+                        protocol=suite.PROTOCOL)
+    chosen = {f"grid_{i}": TrainConfig().with_changes({"data.num_workers": i}) for i in (1, 2, 3)}
+    chosen["autotune"] = chosen["grid_1"]
+    judged = judge(runner, chosen, set(), lambda _: None, split=True, focus=("autotune", ["grid_1", "grid_2", "grid_3"]))
+    assert judged["rounds"] == 2 * suite.PROTOCOL.windows
