@@ -221,6 +221,7 @@ def judge(runner: Runner, configs: dict[str, TrainConfig], infeasible: set[str],
                 handles[k] = runner.open(configs[distinct[k][0]])
             except TrialFailed as exc:
                 failed[k] = f"{exc.kind.value}: {exc.reason}"
+
         def play(r: int) -> None:
             for k in (keys if r % 2 == 0 else keys[::-1]):
                 if k in failed or k not in handles:
@@ -235,7 +236,7 @@ def judge(runner: Runner, configs: dict[str, TrainConfig], infeasible: set[str],
             play(r)
         cap = rounds * JUDGE_ROUNDS
         while focus and rounds + 4 <= cap and _widest(focus, configs, windows, chosen_on, failed) > JUDGE_HALF_WIDTH:
-            log(f"  judge: {focus[0]} against the grid's best still wider than +-{JUDGE_HALF_WIDTH:.0%}; 4 rounds more")
+            log(f"  judge: {focus[0]} against the leading grid config still wider than +-{JUDGE_HALF_WIDTH:.0%}; 4 rounds more")
             rounds += 4
             for r in range(rounds - 4, rounds):
                 play(r)
