@@ -39,7 +39,7 @@ import time
 
 from .config import TrainConfig
 from .context import Context, State, changes_text, digest, key
-from .diagnose import diagnose
+from .diagnose import clear_gain, diagnose
 from .recipes import Recipe
 from .record import Brief, Comparison, Ratio, Step, Summary
 from .search import fits, normalized, stored_summary
@@ -220,7 +220,7 @@ def _nominates(first: Comparison, searched: float | None, margin: float, prior: 
         return False
     if searched is not None and searched > margin and first.ratio > 1.0:
         return True
-    return prior is not None and prior > 1 + 2 * (margin - 1)
+    return prior is not None and prior > clear_gain(margin)
 
 
 def pooled(first: Comparison, again: Comparison) -> Comparison:

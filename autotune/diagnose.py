@@ -69,6 +69,11 @@ def resolvable(margin: float) -> float:
     return margin * RESOLVE
 
 
+def clear_gain(margin: float) -> float:
+    """A gain past twice the margin: what the comparisons can do more than barely confirm."""
+    return 1 + 2 * (margin - 1)
+
+
 def material(w: Waste, margin: float) -> bool:
     """Whether removing this waste could gain more than the noise can resolve."""
     return w.cls is Bottleneck.MEMORY or (w.max_gain is not None and w.max_gain > resolvable(margin))

@@ -26,7 +26,7 @@ from . import fit, machine, probe
 from .config import TrainConfig
 from .context import Context, State, changes_text, digest, key
 from .decide import decide
-from .diagnose import COMPUTE_STAGES, diagnose, material
+from .diagnose import COMPUTE_STAGES, clear_gain, diagnose, material
 from .ladder import ints, staged
 from .recipes import Recipe
 from .record import Bottleneck, Brief, Step
@@ -75,7 +75,7 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     ctx = dataclasses.replace(ctx, constraints=dataclasses.replace(ctx.constraints, floor=est / SLOW_CUT if est else None))
     n = min(max(REVISIT_TRIALS, recipe.trials // 2) if revisit else recipe.trials, trials_left)
     # At best a gain the comparisons can barely confirm: a short look, unless it reads a clear gain.
-    look = min(n, SHORT_LOOK) if expected < 1 + 2 * (ctx.margin - 1) else n
+    look = min(n, SHORT_LOOK) if expected < clear_gain(ctx.margin) else n
     on_trial = lambda t: ctx.events.trial(trial_record(t))  # noqa: E731
     lead = next(iter(space), None)
     probed = None
