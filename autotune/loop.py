@@ -37,21 +37,6 @@ def _workers_past_cores_allowed() -> Iterator[None]:
         yield
 
 
-def _settle(epoch: Any) -> None:
-    """Receive (and drop) every batch a persistent multi-process loader iterator has asked its
-    workers for. A window stops mid-epoch with `num_workers x prefetch_factor` batches
-    requested: persistent workers go on decoding them after the window, on the cores the
-    next window (another config's, interleaved) is measured on, which read 1.3-1.5x noise
-    into decode_bound's comparisons; a real epoch ends with none requested. The next
-    `iter(loader)` resets the iterator as before. Non-persistent iterators end their workers
-    when dropped, and an iterator without these internals is left as it is."""
-    if not getattr(epoch, "_persistent_workers", False) or not hasattr(epoch, "_get_data"):
-        return
-    while getattr(epoch, "_tasks_outstanding", 0) > 0:
-        epoch._get_data()
-        epoch._tasks_outstanding -= 1
-
-
 class NullClock:
     """A clock that times nothing: production training."""
 
@@ -207,10 +192,20 @@ class Trainer:
                     )
 
     def settle(self) -> None:
-        """After a stream is closed mid-epoch: wait out the batches its persistent workers were
-        already asked for, so that none is decoded later, inside another config's window."""
+        """After a stream is closed mid-epoch: receive (and drop) every batch its persistent
+        workers were already asked for. A window stops mid-epoch with `num_workers x
+        prefetch_factor` batches requested: persistent workers went on decoding them after
+        the window, on the cores the next window (another config's, interleaved) is measured
+        on, which read 1.3-1.5x noise into decode_bound's comparisons; a real epoch ends with
+        none requested. The next `iter(loader)` resets the iterator as before. Non-persistent
+        iterators end their workers when dropped, and an iterator without these internals is
+        left as it is."""
         epoch, self._epoch_iter = self._epoch_iter, None
-        _settle(epoch)
+        if not getattr(epoch, "_persistent_workers", False) or not hasattr(epoch, "_get_data"):
+            return
+        while getattr(epoch, "_tasks_outstanding", 0) > 0:
+            epoch._get_data()
+            epoch._tasks_outstanding -= 1
 
     def _range(self, name: str):
         if not self.annotate:
