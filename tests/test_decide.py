@@ -194,6 +194,33 @@ def test_over_the_memory_limit_the_two_fastest_fits_are_dueled_and_the_faster_is
     assert after.config.memory.activation_checkpointing is True
 
 
+def test_a_duel_that_cannot_tell_its_candidates_apart_looks_again():
+    """memory_bound's two fits 7% apart read 0.99x in one look and the slower was kept:
+    while the duel's looks hold 1, another is taken (up to three), and they decide."""
+    wide = [118.0, 84.0, 117.0, 83.0, 100.0]  # 0.99x, an interval holding 1
+    script = Script(duel=wide, duel2=[104.0, 108.0, 106.0, 107.0, 105.0], duel3=[105.0, 109.0, 107.0, 106.0, 108.0],
+                    accept=[NOTHING])
+    ctx, runner, state = setup(script)
+    state = State(state.config, state.summary, state.verdict, False)  # the incumbent does not fit
+    lucky = candidate(runner, {"memory.activation_checkpointing": True}, 112.0)
+    faster = candidate(runner, {"memory.micro_batch_size": 512}, 109.0)
+    step, after = run(script, [lucky, faster], ctx, state)
+    assert script.kinds()[:2] == ["duel", "duel2"] and script.kinds()[-1] == "accept"
+    assert after.config.memory.micro_batch_size == 512 and not after.config.memory.activation_checkpointing
+    assert "looks" in step.reason
+
+
+def test_a_duel_that_tells_its_candidates_apart_at_once_takes_one_look():
+    script = Script(duel=[80.0, 81.0, 79.0, 80.5, 80.0], duel2=CLEAR, accept=[NOTHING])
+    ctx, runner, state = setup(script)
+    state = State(state.config, state.summary, state.verdict, False)
+    first = candidate(runner, {"memory.activation_checkpointing": True}, 112.0)
+    second = candidate(runner, {"memory.micro_batch_size": 512}, 109.0)
+    step, after = run(script, [first, second], ctx, state)
+    assert script.kinds() == ["duel", "accept"]
+    assert after.config.memory.activation_checkpointing is True
+
+
 def test_the_noise_band_is_the_spread_of_the_runs_own_unpaired_readings():
     """Readings of one config taken at different times spread more than an A/A's paired
     windows: the band widens to say so (and stays the A/A's until the run has readings)."""
