@@ -133,7 +133,7 @@ def test_the_judge_picks_the_grids_best_on_rounds_its_figures_do_not_use():
 
 def test_the_judge_adds_rounds_while_autotunes_interval_against_the_grids_best_is_wide():
     """With 20% window noise, five pairs leave a 0.95 reading between equal configs to
-    chance; the judge goes on (up to three times the rounds) and fewer runs read below 0.95.
+    chance; the judge goes on (up to four times the rounds) and fewer runs read below 0.95.
     On a quiet machine it stops at the protocol's rounds."""
     base = 2 * suite.PROTOCOL.windows
     _equal_configs_judged(0, True, focus=True, noise=0.005)
@@ -141,7 +141,7 @@ def test_the_judge_adds_rounds_while_autotunes_interval_against_the_grids_best_i
     short = [_equal_configs_judged(seed, True) for seed in range(40)]
     assert _equal_configs_judged.rounds == base
     long = [_equal_configs_judged(seed, True, focus=True) for seed in range(40)]
-    assert base < _equal_configs_judged.rounds <= 3 * base
+    assert base < _equal_configs_judged.rounds <= 4 * base
     assert sum(r < 0.95 for r in long) < sum(r < 0.95 for r in short)
 
 
@@ -157,3 +157,22 @@ def test_the_judge_adds_no_rounds_when_autotune_holds_the_leading_config():
     chosen["autotune"] = chosen["grid_1"]
     judged = judge(runner, chosen, set(), lambda _: None, split=True, focus=("autotune", ["grid_1", "grid_2", "grid_3"]))
     assert judged["rounds"] == 2 * suite.PROTOCOL.windows
+
+
+def test_the_judges_extra_rounds_play_autotune_and_the_grids_best_few_alone():
+    """Past the protocol's rounds only the focus configs play: the other methods keep the
+    protocol's windows, and a pair of focus windows lies a few windows apart, not a round."""
+    from autotune.config import TrainConfig
+    from autotune.testing import FakeRunner
+    from benchmarks.methods import judge
+
+    runner = FakeRunner(lambda c: 1000.0, noise=0.2, seed=0, protocol=suite.PROTOCOL)
+    chosen = {f"grid_{i}": TrainConfig().with_changes({"data.num_workers": i}) for i in (1, 2, 3)}
+    chosen |= {"default": TrainConfig(), "rule_of_thumb": TrainConfig().with_changes({"data.num_workers": 8}),
+               "autotune": TrainConfig().with_changes({"data.num_workers": 4})}
+    judged = judge(runner, chosen, set(), lambda _: None, split=True, focus=("autotune", ["grid_1", "grid_2", "grid_3"]))
+    base = suite.PROTOCOL.windows  # held-out windows of the protocol's rounds
+    assert judged["rounds"] > 2 * base
+    counts = {label: len(v["windows"]) for label, v in judged["labels"].items()}
+    assert counts["default"] == counts["rule_of_thumb"] == base
+    assert counts["autotune"] == counts["grid_1"] == counts["grid_2"] == counts["grid_3"] == judged["rounds"] // 2
