@@ -3,10 +3,11 @@ incumbent, settled only by configs measured in turns (A B A B ...) on this machi
 
 A search reads each config once, so it only nominates: each candidate within the noise
 band of the incumbent's pooled estimate (the best few) is compared with it side by side.
-When the two best read within the noise of each other, they are first compared with each
-other, so that the faster one, not the one with the luckier single reading, is offered,
-alone (decode_bound's loader round had kept the config with the best single reading, 0.90
-of its grid's best; with the duel it kept the grid's best). A round accepts at most one
+When the best few read within the noise of each other, they are first compared with each
+other (the search's best meets each of the others in turn), so that the faster one, not
+the one with the luckier single reading, is offered, alone (decode_bound's loader round
+had kept the config with the best single reading, 0.90 of its grid's best; with the duel
+it kept the grid's best). A round accepts at most one
 change. Under a memory limit the same duel picks the fastest of the configs that fit
 (memory_bound's round had kept micro-batch 512 with checkpointing, which checkpointing
 alone beat 1.17x side by side in the benchmark). A duel whose look cannot tell the two
@@ -49,7 +50,8 @@ from .stats import looks_ratio, paired_ratio
 
 __all__ = ["CANDIDATES", "decide", "one_look", "pooled"]
 
-CANDIDATES = 2  # most candidates compared with the incumbent per round
+CANDIDATES = 3  # most of the search's candidates a round considers (those within the noise of the best are dueled)
+OFFERED = 2  # most candidates compared with the incumbent per round
 FRESH_LOOKS = 5  # most fresh comparisons (5 pairs each) while a gain stays promising but unshown
 LAST_LOOKS = 9  # most fresh comparisons while every look together shows it and only the fresh ones fall short
 DUEL_LOOKS = 3  # most comparisons of a round's two best candidates while they cannot be told apart
@@ -72,10 +74,12 @@ def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ra
                        "no trial came within the noise band of the current config in the search")
         return state
     chosen = ""
-    if len(cands) > 1 and cands[1].value >= cands[0].value / ctx.band and _time_for(ctx, deadline, 2):
-        cands, chosen = _duel(ctx, name, recipe, cands, deadline)
-        if chosen:  # the other measured no faster than it: no second chance against the incumbent
-            cands = cands[:1]
+    close = [t for t in cands if t.value >= cands[0].value / ctx.band]
+    if len(close) > 1 and _time_for(ctx, deadline, 2):
+        winner, chosen = _playoff(ctx, name, recipe, close, deadline)
+        if chosen:  # the others measured no faster than it: no second chance against the incumbent
+            cands = [winner]
+    cands = cands[:OFFERED]
     for i, best in enumerate(cands):
         if i and not _time_for(ctx, deadline, 2):
             break
@@ -100,16 +104,47 @@ def _time_for(ctx: Context, deadline: float | None, trials: float) -> bool:
     return deadline is None or cost is None or time.time() + trials * cost < deadline
 
 
-def _duel(ctx: Context, name: str, recipe: Recipe, cands: list, deadline: float | None) -> tuple[list, str]:
-    """The two best candidates side by side: the faster first, and a note saying so.
+def _playoff(ctx: Context, name: str, recipe: Recipe, close: list, deadline: float | None) -> tuple[object, str]:
+    """The candidates the search could not tell apart, side by side: the search's best
+    meets each of the others in turn and the faster of each duel stays on (decode_bound's
+    grid's best, 3 persistent workers with prefetch 4, read third of three within the noise
+    in the search, and a duel of the first two kept one 0.91x of it). The winner, and a
+    note naming the ones it was offered before ("" when no duel was measured)."""
+    champion, lost = close[0], []
+    for challenger in close[1:]:
+        if lost and not _time_for(ctx, deadline, 2):
+            break
+        duel = _duel(ctx, name, recipe, champion, challenger, deadline)
+        if duel is None:
+            continue
+        faster, ratio, looks = duel
+        loser = challenger if faster is champion else champion
+        champion = faster
+        lost.append((loser, ratio, looks))
+    if not lost:
+        return close[0], ""
+    if len(lost) == 1:
+        loser, ratio, looks = lost[0]
+        over = f" over {looks} looks" if looks > 1 else ""
+        return champion, (f"; offered before the other candidate ({changes_text(loser)}), which read within the noise "
+                          f"of it in the search and measured {ratio:.2f}x of it side by side{over}")
+    each = ", ".join(f"({changes_text(loser)}) {ratio:.2f}x of its rival" + (f" over {looks} looks" if looks > 1 else "")
+                     for loser, ratio, looks in lost)
+    return champion, (f"; offered before {len(lost)} other candidates that read within the noise of it in the search, "
+                      f"each slower side by side in a duel: {each}")
+
+
+def _duel(ctx: Context, name: str, recipe: Recipe, one, other, deadline: float | None) -> tuple[object, float, int] | None:
+    """Two candidates side by side: the faster, the slower's ratio to it and the looks
+    taken (None when no look was measured).
 
     While the looks cannot tell which is faster (their interval, `stats.looks_ratio` with
     the run's spread between looks, holds 1), another look is taken, up to `DUEL_LOOKS`:
     memory_bound's two fits 7% apart (bf16 with micro-batch 512, bf16 with checkpointing)
     read 0.99x in one look and the slower was kept."""
-    a, b = (TrainConfig().with_changes(t.user_attrs["config"]) for t in cands[:2])
+    a, b = (TrainConfig().with_changes(t.user_attrs["config"]) for t in (one, other))
     tag = f"{digest(a.flat())}:{digest(b.flat())}"
-    what = f"{recipe.name}: its two best candidates against each other"
+    what = f"{recipe.name}: two of its best candidates against each other"
     looks: list[Comparison] = []
     for look in range(1, DUEL_LOOKS + 1):
         sp = ctx.compare(f"{name}:duel{look if look > 1 else ''}:{tag}", a, b, what + (f", look {look}" if look > 1 else ""))
@@ -121,16 +156,10 @@ def _duel(ctx: Context, name: str, recipe: Recipe, cands: list, deadline: float 
         if not r["looks"] or not r["low"] < 1.0 < r["high"] or not _time_for(ctx, deadline, 2):
             break
     if not looks:
-        return cands, ""
+        return None
     r = looks_ratio([(c.a, c.b) for c in looks], *_spread(ctx))
     ratio = r["ratio"] if r["looks"] else _joined(looks).ratio
-    if ratio > 1.0:  # the runner-up is the faster side by side
-        order, lost, ratio = [cands[1], cands[0], *cands[2:]], cands[0], 1.0 / ratio
-    else:
-        order, lost = list(cands), cands[1]
-    over = f" over {len(looks)} looks" if len(looks) > 1 else ""
-    return order, (f"; offered before the other candidate ({changes_text(lost)}), which read within the noise of "
-                   f"it in the search and measured {ratio:.2f}x of it side by side{over}")
+    return (other, 1.0 / ratio, len(looks)) if ratio > 1.0 else (one, ratio, len(looks))
 
 
 def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainConfig,

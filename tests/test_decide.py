@@ -194,6 +194,20 @@ def test_over_the_memory_limit_the_two_fastest_fits_are_dueled_and_the_faster_is
     assert after.config.memory.activation_checkpointing is True
 
 
+def test_three_candidates_within_noise_meet_in_turn_and_the_last_winner_is_offered():
+    """decode_bound's grid's best read third of three in the search: the search's best
+    beats the second side by side, then loses to the third, which alone is offered."""
+    script = Script(duel=[[90.0, 91.0, 89.0, 90.5, 90.0], CLEAR], accept=[CLEAR], confirm=[CLEAR])
+    ctx, runner, state = setup(script)
+    first = candidate(runner, {"optimizer.impl": "foreach"}, 112.0)
+    second = candidate(runner, {"optimizer.impl": "fused"}, 110.0)
+    third = candidate(runner, {"optimizer.impl": "foreach", "backend.num_threads": 1}, 108.0)
+    step, after = run(script, [first, second, third], ctx, state)
+    assert script.kinds() == ["duel", "duel", "accept", "confirm"]
+    assert step.accepted and after.config.backend.num_threads == 1
+    assert "offered before 2 other candidates" in step.reason and "(optimizer.impl=fused) 0.90x" in step.reason
+
+
 def test_a_duel_that_cannot_tell_its_candidates_apart_looks_again():
     """memory_bound's two fits 7% apart read 0.99x in one look and the slower was kept:
     while the duel's looks hold 1, another is taken (up to three), and they decide."""
