@@ -126,15 +126,16 @@ def _playoff(ctx: Context, name: str, recipe: Recipe, close: list, deadline: flo
     if len(lost) == 1:
         loser, ratio, looks = lost[0]
         over = f" over {looks} looks" if looks > 1 else ""
-        return champion, (f"; offered before the other candidate ({changes_text(loser)}), which read within the noise "
-                          f"of it in the search and measured {ratio:.2f}x of it side by side{over}")
+        return champion, (f"; offered before the other candidate ({changes_text(loser)}), which read within the "
+                          f"noise of it in the search and measured {ratio:.2f}x of it side by side{over}")
     each = ", ".join(f"({changes_text(loser)}) {ratio:.2f}x of its rival" + (f" over {looks} looks" if looks > 1 else "")
                      for loser, ratio, looks in lost)
     return champion, (f"; offered before {len(lost)} other candidates that read within the noise of it in the search, "
                       f"each slower side by side in a duel: {each}")
 
 
-def _duel(ctx: Context, name: str, recipe: Recipe, one, other, deadline: float | None) -> tuple[object, float, int] | None:
+def _duel(ctx: Context, name: str, recipe: Recipe, one, other,
+          deadline: float | None) -> tuple[object, float, int] | None:
     """Two candidates side by side: the faster, the slower's ratio to it and the looks
     taken (None when no look was measured).
 
@@ -147,7 +148,8 @@ def _duel(ctx: Context, name: str, recipe: Recipe, one, other, deadline: float |
     what = f"{recipe.name}: two of its best candidates against each other"
     looks: list[Comparison] = []
     for look in range(1, DUEL_LOOKS + 1):
-        sp = ctx.compare(f"{name}:duel{look if look > 1 else ''}:{tag}", a, b, what + (f", look {look}" if look > 1 else ""))
+        again = f", look {look}" if look > 1 else ""
+        sp = ctx.compare(f"{name}:duel{look if look > 1 else ''}:{tag}", a, b, what + again)
         ctx.note_pairs(a, b, sp)
         if not sp.measured:
             break
