@@ -194,6 +194,19 @@ def test_over_the_memory_limit_the_two_fastest_fits_are_dueled_and_the_faster_is
     assert after.config.memory.activation_checkpointing is True
 
 
+def test_fresh_looks_that_clear_while_a_low_first_look_holds_all_of_them_back_get_more_looks():
+    """gpt's compile: the first look low (nominated by the measured waste), five fresh looks
+    clear the least gain and all six fall just short: further looks weigh the first less."""
+    low = [120.0, 70.0, 118.0, 72.0, 90.0]  # 0.92x, an interval past the margin
+    fresh = [111.0, 110.0, 112.0, 111.0, 111.0]
+    script = Script(accept=low, **{f"confirm{i if i > 1 else ''}": fresh for i in range(1, 10)})
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 104.0)], ctx, state, prior=1.3)
+    looks = len(script.kinds()) - 1
+    assert looks > 5, script.kinds()
+    assert step.accepted, step.reason
+
+
 def test_three_candidates_within_noise_meet_in_turn_and_the_last_winner_is_offered():
     """decode_bound's grid's best read third of three in the search: the search's best
     beats the second side by side, then loses to the third, which alone is offered."""
