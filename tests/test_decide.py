@@ -207,6 +207,18 @@ def test_fresh_looks_that_clear_while_a_low_first_look_holds_all_of_them_back_ge
     assert step.accepted, step.reason
 
 
+def test_looks_that_show_a_gain_near_the_least_gain_get_more_looks():
+    """Five fresh looks alternate 1.20x and 1.00x: alone and with the first they show a
+    gain (intervals above 1) past the least gain, neither interval clears it: more looks."""
+    up, flat, steady = [120.0, 121.0, 119.0, 120.0, 120.0], [100.0, 101.0, 99.0, 100.0, 100.0], [112.0] * 4 + [113.0]
+    fresh = {"confirm": up, "confirm2": flat, "confirm3": up, "confirm4": flat, "confirm5": up}
+    script = Script(accept=[120.0, 80.0, 118.0, 82.0, 100.0], **fresh,
+                    **{f"confirm{i}": steady for i in range(6, 10)})
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 104.0)], ctx, state, prior=1.3)
+    assert len(script.kinds()) - 1 > 5, script.kinds()
+
+
 def test_three_candidates_within_noise_meet_in_turn_and_the_last_winner_is_offered():
     """decode_bound's grid's best read third of three in the search: the search's best
     beats the second side by side, then loses to the third, which alone is offered."""
