@@ -43,6 +43,31 @@ def noise_margin(ratio: float | None, pairs: int, min_gain: float) -> float:
     return math.exp(max(bias, math.log1p(min_gain)))
 
 
+def look_mean(logs: list[float]) -> float:
+    """One look's location: the mean of its pairs' log ratios past the lowest and highest
+    fifth (one of each in five pairs; none under five).
+
+    This machine's noise comes in bursts: a window that a burst hits reads 20-50% slow, and
+    the pair holding it then reads that far off either way (pair log ratios of A/As on
+    gpt, overhead_bound and transformer_encoder had a kurtosis of 6.6-8.8, a normal's is 3). One
+    such pair moves a five-pair mean by 5-10%; trimmed, the looks of those A/As varied
+    0.54-0.82x as much (sd 0.0261 -> 0.0142 on overhead_bound, 16 looks; compute_bound's light
+    tails, kurtosis 2.4: 1.14x as much, within its sampling error). A burst hits either side
+    alike, so the trimmed mean of a look is unbiased wherever its plain mean is."""
+    g = len(logs) // 5
+    kept = sorted(logs)[g:len(logs) - g]
+    return statistics.fmean(kept)
+
+
+def look_variance(logs: list[float]) -> float:
+    """The variance of `look_mean` from the look's own pairs (Tukey and McLaughlin: the
+    winsorized variance over (1 - 2g/n)^2 n), the floor under the spread between looks."""
+    n, g = len(logs), len(logs) // 5
+    s = sorted(logs)
+    wins = [s[g]] * g + s[g:n - g] + [s[n - g - 1]] * g
+    return statistics.variance(wins) / ((1 - 2 * g / n) ** 2 * n)
+
+
 def looks_ratio(looks: list[tuple[list[float], list[float]]],
                 nulls: list[tuple[list[float], list[float]]],
                 others: list[list[tuple[list[float], list[float]]]] = ()) -> dict[str, float]:
@@ -52,8 +77,8 @@ def looks_ratio(looks: list[tuple[list[float], list[float]]],
     Windows of one session share its placement and disturbances, so the pairs of one
     comparison are not independent draws: pooling the pairs of five comparisons as if
     they were shrinks the interval below what a sixth comparison would show. Here each
-    look counts once (its mean log ratio), and the variance of one look's mean is pooled
-    from the looks' deviations around their mean, the `nulls`' (A/As: identical configs,
+    look counts once (its trimmed mean log ratio, `look_mean`), and the variance of one
+    look's mean is pooled from the looks' deviations around their mean, the `nulls`' (A/As: identical configs,
     whose true ratio is 1) deviations from 0 and each of `others`' (earlier candidates'
     looks) deviations around its own mean, never below what the looks' own pairs say of
     it; Student's t with the pooled degrees of freedom. `dof` says how many it had."""
@@ -63,8 +88,8 @@ def looks_ratio(looks: list[tuple[list[float], list[float]]],
     means, within, pairs = [], [], 0
     for a, b in looks:
         if len(ls := logs(a, b)) > 1:
-            means.append(statistics.fmean(ls))
-            within.append(statistics.variance(ls) / len(ls))
+            means.append(look_mean(ls))
+            within.append(look_variance(ls))
             pairs += len(ls)
     k = len(means)
     if not k:
@@ -73,9 +98,9 @@ def looks_ratio(looks: list[tuple[list[float], list[float]]],
     ss, dof = sum((x - m) ** 2 for x in means), k - 1
     for a, b in nulls:
         if ls := logs(a, b):
-            ss, dof = ss + statistics.fmean(ls) ** 2, dof + 1
+            ss, dof = ss + look_mean(ls) ** 2, dof + 1
     for group in others:
-        ms = [statistics.fmean(ls) for a, b in group if (ls := logs(a, b))]
+        ms = [look_mean(ls) for a, b in group if (ls := logs(a, b))]
         if len(ms) > 1:
             g = statistics.fmean(ms)
             ss, dof = ss + sum((x - g) ** 2 for x in ms), dof + len(ms) - 1

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
-from autotune.stats import _T95, looks_ratio, noise_margin, paired_ratio, t95
+from autotune.stats import _T95, look_mean, look_variance, looks_ratio, noise_margin, paired_ratio, t95
 
 # --- paired_ratio --------------------------------------------------------------------------
 
@@ -199,8 +200,8 @@ def test_a_quiet_aa_cannot_make_the_interval_narrower_than_the_looks_own_pairs_s
     look's own pairs still vary, and their variance of the mean is the floor."""
     looks = [_look(1.10, 0.05), _look(1.10, 0.05)]
     r = looks_ratio(looks, [_look(1.0), _look(1.0)])
-    logs = [0.05, -0.05, 0.05, -0.05, 0.0]
-    within = (sum(x * x for x in logs) / 4) / 5
+    logs = [0.05, -0.05, 0.05, -0.05, 0.0]  # winsorized (one each end): the same five
+    within = (sum(x * x for x in logs) / 4) / (0.6 ** 2 * 5)  # the trimmed mean's variance (Tukey-McLaughlin)
     half = t95(1 + 2) * math.sqrt(within / 2)
     assert r["low"] == pytest.approx(1.10 * math.exp(-half), rel=1e-9)
 
@@ -215,3 +216,45 @@ def test_a_wide_aa_widens_the_interval():
 def test_no_usable_look_gives_nan_and_no_looks():
     r = looks_ratio([([1.0], [2.0]), ([], [])], [_look(1.0)])
     assert r["looks"] == 0 and math.isnan(r["low"])
+
+
+def _burst(ratio: float, at: int, burst: float) -> tuple[list[float], list[float]]:
+    """Five pairs at exactly `ratio`, but for pair `at`, whose window of A (burst > 0) or of
+    B (burst < 0) a burst slowed by `abs(burst)` in log terms."""
+    a = [100.0 * (math.exp(-burst) if i == at and burst > 0 else 1.0) for i in range(5)]
+    b = [100.0 * ratio * (math.exp(burst) if i == at and burst < 0 else 1.0) for i in range(5)]
+    return a, b
+
+
+def test_a_burst_in_one_pair_does_not_move_its_look():
+    """A window a burst slowed 40% reads its pair 1.49x (or 0.67x): the plain mean of five
+    pairs moves 8%, the look's trimmed mean not at all."""
+    logs = [0.0, 0.0, 0.0, 0.0, 0.4]
+    assert statistics.fmean(logs) == pytest.approx(0.08)
+    assert look_mean(logs) == 0.0
+    r = looks_ratio([_burst(1.05, 0, 0.4), _burst(1.05, 2, -0.4), _burst(1.05, 4, 0.4)], [_burst(1.0, 1, -0.4)])
+    assert r["ratio"] == pytest.approx(1.05, rel=1e-9)
+
+
+def test_looks_with_bursts_either_way_give_a_narrower_interval_than_their_plain_means_would():
+    looks = [_burst(1.05, i, 0.4 if i % 2 else -0.4) for i in range(4)]
+    nulls = [_burst(1.0, 1, 0.4), _burst(1.0, 3, -0.4)]
+    r = looks_ratio(looks, nulls)
+    plain = [statistics.fmean(math.log(y / x) for x, y in zip(a, b)) for a, b in looks]
+    plain_nulls = [statistics.fmean(math.log(y / x) for x, y in zip(a, b)) for a, b in nulls]
+    m = statistics.fmean(plain)
+    ss = sum((x - m) ** 2 for x in plain) + sum(x * x for x in plain_nulls)
+    plain_half = t95(3 + 2) * math.sqrt(ss / 5 / 4)
+    assert r["ratio"] == pytest.approx(1.05, rel=1e-9)
+    assert math.log(r["high"] / r["low"]) / 2 < plain_half / 2
+
+
+@pytest.mark.parametrize("logs", [[0.1, -0.1], [0.3, 0.1, -0.2], [0.0, 0.1, 0.2, 0.4]])
+def test_under_five_pairs_a_look_is_its_plain_mean(logs):
+    assert look_mean(logs) == pytest.approx(statistics.fmean(logs))
+    assert look_variance(logs) == pytest.approx(statistics.variance(logs) / len(logs))
+
+
+def test_ten_pairs_trim_two_at_each_end():
+    logs = [-0.9, -0.5, 0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.6, 0.8]
+    assert look_mean(logs) == pytest.approx(statistics.fmean([0.0, 0.01, 0.02, 0.03, 0.04, 0.05]))
