@@ -171,9 +171,12 @@ def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainCo
             searched: float | None, deadline: float | None = None,
             prior: float | None = None) -> tuple[Comparison, list[Comparison]]:
     """The first comparison with the incumbent and, when it nominates the candidate, the
-    fresh looks that decide (one comparison, or up to `FRESH_LOOKS` while the fresh pairs
+    fresh looks that decide (one comparison, or up to `FRESH_LOOKS` while the fresh looks
     are promising, their ratio above the margin, but the gain is not shown yet; up to
-    `LAST_LOOKS` while `_nearly`).
+    `LAST_LOOKS` while `_nearly`). Their ratio is the one that decides (each look's trimmed
+    mean): the pairs pooled let one burst end the looks (on the look model, a 1.08x gain
+    was kept in 93% of runs instead of 86%, a 1.05x in 40% instead of 37%, placebos in 0
+    of 4,000 either way).
     Decisions are stored under the candidate's keys."""
     tag = digest(cand.flat())
     what = f"{recipe.name} against current"
@@ -185,10 +188,11 @@ def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainCo
     ctx.note_pairs(state.config, cand, looks[0])
     ctx.looked.append(looks)
     for look in range(2, LAST_LOOKS + 1):
-        fresh = _joined(looks)
-        if not (fresh.measured and fresh.ratio > ctx.margin):
+        if not _joined(looks).measured:
             break
         alone, every = _looks(ctx, first, looks)
+        if not alone["ratio"] > ctx.margin:  # the fresh looks, as they decide, no longer promise the gain
+            break
         if _shown(ctx, alone, every) or (look > FRESH_LOOKS and not _nearly(ctx, alone, every)):
             break
         if not _time_for(ctx, deadline, 2):  # a look takes two configs' windows

@@ -90,6 +90,19 @@ def test_a_promising_but_inconclusive_gain_gets_a_third_look_and_is_kept_when_th
     assert step.speedup.pairs == 15 and "2 fresh looks" in step.reason
 
 
+def test_a_fresh_look_that_one_burst_pulls_under_the_margin_still_promises_and_gets_another():
+    """Four pairs at 1.07x and one whose B window a burst slowed 35%: the pairs pooled read
+    0.98x, the look (its trimmed mean) 1.07x. It still promises the gain; a third look
+    shows it."""
+    burst = [107.0, 107.0, 107.0, 107.0, 70.0]
+    assert paired_ratio(INCUMBENT, burst)["ratio"] < 1.0  # the premise: pooled, the burst hides the gain
+    script = Script(accept=PROMISING, confirm=burst, confirm2=CLEAR)
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 108.0)], ctx, state)
+    assert script.kinds() == ["accept", "confirm", "confirm2"]
+    assert step.accepted and after.config.optimizer.impl == "fused", step.reason
+
+
 def test_a_promising_first_look_that_the_fresh_pairs_do_not_repeat_is_rejected():
     script = Script(accept=PROMISING, confirm=NOTHING, confirm2=CLEAR)
     ctx, runner, state = setup(script)
