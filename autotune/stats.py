@@ -48,11 +48,11 @@ def look_mean(logs: list[float]) -> float:
     fifth (one of each in five pairs; none under five).
 
     This machine's noise comes in bursts: a window that a burst hits reads 20-50% slow, and
-    the pair holding it then reads that far off either way (pair log ratios of A/As on
-    gpt, overhead_bound and transformer_encoder had a kurtosis of 6.6-8.8, a normal's is 3). One
+    the pair holding it then reads that far off either way (pair log ratios of A/As on gpt,
+    overhead_bound and transformer_encoder had a kurtosis of 6.6-8.8, a normal's is 3). One
     such pair moves a five-pair mean by 5-10%; trimmed, the looks of those A/As varied
-    0.54-0.82x as much (sd 0.0261 -> 0.0142 on overhead_bound, 16 looks; compute_bound's light
-    tails, kurtosis 2.4: 1.14x as much, within its sampling error). A burst hits either side
+    0.54-0.82x as much (sd 0.0261 -> 0.0142 on overhead_bound, 16 looks; compute_bound's
+    light tails, kurtosis 2.4: 1.14x as much, within its sampling error). A burst hits either side
     alike, so the trimmed mean of a look is unbiased wherever its plain mean is."""
     g = len(logs) // 5
     kept = sorted(logs)[g:len(logs) - g]
@@ -78,8 +78,8 @@ def looks_ratio(looks: list[tuple[list[float], list[float]]],
     comparison are not independent draws: pooling the pairs of five comparisons as if
     they were shrinks the interval below what a sixth comparison would show. Here each
     look counts once (its trimmed mean log ratio, `look_mean`), and the variance of one
-    look's mean is pooled from the looks' deviations around their mean, the `nulls`' (A/As: identical configs,
-    whose true ratio is 1) deviations from 0 and each of `others`' (earlier candidates'
+    look's mean is pooled from the looks' deviations around their mean, the `nulls`' (A/As:
+    identical configs, whose true ratio is 1) deviations from 0 and each of `others`' (earlier candidates'
     looks) deviations around its own mean, never below what the looks' own pairs say of
     it; Student's t with the pooled degrees of freedom. `dof` says how many it had."""
     def logs(a: list[float], b: list[float]) -> list[float]:
