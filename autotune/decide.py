@@ -27,12 +27,11 @@ allowed (a look's mean log ratio, 0.0045; 0.0023 of it from the windows). Pairs 
 independent gave intervals too narrow: on `FakeRunner` with that structure (windows 8%,
 sessions 4%) the old rule (the fresh pairs and all pairs must each clear the margin) kept
 placebo changes in 3 of 270 comparisons, 17 of 280 where sessions dominate (windows 5%,
-sessions 6%). So each look counts
-once (`stats.looks_ratio`): its mean log ratio past its highest and lowest pair (bursts hit
-single windows: on a model of such looks, windows 3% with one in twenty slowed 20-50%, a
-1.08x gain was kept in 71% of runs instead of 54%, with 30% fewer looks, placebos in 0 of
-4,000 either way), the spread between looks pooled with the
-A/As' and the run's other candidates' looks, Student's t on those degrees of freedom. The
+sessions 6%). So each look counts once (`stats.looks_ratio`): its mean log ratio past its
+highest and lowest pair (bursts hit single windows: on a model of such looks, windows 3%
+with one in twenty slowed 20-50%, a 1.08x gain was kept in 71% of runs instead of 54%,
+with 30% fewer looks, placebos in 0 of 4,000 either way), the spread between looks pooled
+with the A/As' and the run's other candidates' looks, Student's t on those degrees of freedom. The
 fresh looks alone, and all the looks with the first, must each clear the least gain
 (`Context.min_gain`); the A/As' stray is in the spread, not added to the bar. On the same
 model: placebos kept in 0 of 271 comparisons (2 of 272 where sessions dominate); a 1.15x
@@ -188,7 +187,7 @@ def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainCo
     ctx.note_pairs(state.config, cand, looks[0])
     ctx.looked.append(looks)
     for look in range(2, LAST_LOOKS + 1):
-        if not _joined(looks).measured:
+        if not looks[-1].measured:  # the looks before it were measured, or the loop had ended
             break
         alone, every = _looks(ctx, first, looks)
         if not alone["ratio"] > ctx.margin:  # the fresh looks, as they decide, no longer promise the gain

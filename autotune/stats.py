@@ -52,8 +52,8 @@ def look_mean(logs: list[float]) -> float:
     overhead_bound and transformer_encoder had a kurtosis of 6.6-8.8, a normal's is 3). One
     such pair moves a five-pair mean by 5-10%; trimmed, the looks of those A/As varied
     0.54-0.82x as much (sd 0.0261 -> 0.0142 on overhead_bound, 16 looks; compute_bound's
-    light tails, kurtosis 2.4: 1.14x as much, within its sampling error). A burst hits either side
-    alike, so the trimmed mean of a look is unbiased wherever its plain mean is."""
+    light tails, kurtosis 2.4: 1.14x as much, within its sampling error). A burst hits
+    either side alike, so the trimmed mean of a look is unbiased wherever its plain mean is."""
     g = len(logs) // 5
     kept = sorted(logs)[g:len(logs) - g]
     return statistics.fmean(kept)
@@ -79,9 +79,10 @@ def looks_ratio(looks: list[tuple[list[float], list[float]]],
     they were shrinks the interval below what a sixth comparison would show. Here each
     look counts once (its trimmed mean log ratio, `look_mean`), and the variance of one
     look's mean is pooled from the looks' deviations around their mean, the `nulls`' (A/As:
-    identical configs, whose true ratio is 1) deviations from 0 and each of `others`' (earlier candidates'
-    looks) deviations around its own mean, never below what the looks' own pairs say of
-    it; Student's t with the pooled degrees of freedom. `dof` says how many it had."""
+    identical configs, whose true ratio is 1) deviations from 0 and each of `others`'
+    (earlier candidates' looks) deviations around its own mean, never below what the looks'
+    own pairs say of it (`look_variance`); Student's t with the pooled degrees of freedom.
+    `dof` says how many it had."""
     def logs(a: list[float], b: list[float]) -> list[float]:
         return [math.log(y / x) for x, y in zip(a, b) if x > 0 and y > 0]
 
