@@ -597,6 +597,42 @@ def test_a_recipe_whose_most_promising_config_is_clearly_slower_stops_there(tmp_
     assert all(c["compile.mode"] != "max-autotune-no-cudagraphs" for c in runner.measured)
 
 
+class _DisturbedProbe(FakeRunner):
+    """The first search reading of a compiled config is taken during a neighbour's burst
+    (every window of a short trial at 0.6x); side by side it reads as fast as it is."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.burst = True
+
+    def measure(self, config, trace=None, on_window=None, floor=None, until=None):
+        out = super().measure(config, trace, on_window, floor, until)
+        if self.burst and config.compile.mode != "none":
+            self.burst = False
+            windows = [w * 0.6 for w in out.windows_samples_per_s]
+            out = out.model_copy(update={"samples_per_s": out.samples_per_s * 0.6, "windows_samples_per_s": windows})
+        return out
+
+
+def test_a_most_promising_config_whose_one_reading_was_disturbed_is_looked_at_side_by_side_and_kept(tmp_path):
+    """compile is 1.25x here, but its first search reading falls in a burst (0.6x of the
+    incumbent, below the noise band): one side-by-side look shows it is not slower, so the
+    search goes on (max-autotune is measured) and that look is its first comparison (no
+    second one); compile is kept."""
+
+    def speed(c):
+        return 100.0 * {"none": 1.0, "default": 1.25, "max-autotune-no-cudagraphs": 1.2}[c.compile.mode]
+
+    runner = _DisturbedProbe(speed, noise=0.01, stages=lambda c: COMPUTE_ONLY)
+    r = run_agent(runner, tmp_path, only=("compile",))
+    step = r.steps[0]
+    assert [t.changes["compile.mode"][1] for t in step.trials] == ["default", "max-autotune-no-cudagraphs"]
+    assert step.trials[0].samples_per_s < 80  # the disturbed reading (1.25 x 0.6), stored as measured
+    assert step.accepted and r.final_config["compile.mode"] == "default", step.reason
+    firsts = [p for p in runner.interleaved if p[0]["compile.mode"] == "none" and p[1]["compile.mode"] == "default"]
+    assert len(firsts) >= 2 and "the first comparison 1.2" in step.reason, step.reason  # the look, then fresh ones
+
+
 def test_a_fallback_is_measured_only_when_the_first_choice_cannot_run(tmp_path):
     """foreach is the optimizer recipe's fallback: not measured when fused runs (and helps),
     measured and kept when fused cannot run with this optimizer."""
