@@ -11,7 +11,7 @@ trials are new configs only, and a config an earlier round measured (resnet_jpeg
 thread, tried alone by the loader's round and again as the threads round's only config)
 takes that reading instead of a trial. A small space is walked most promising first, and a recipe
 whose most promising config reads slower than the incumbent beyond the noise, and then
-side by side too (one look: a single reading can fall in a burst), stops there.
+not faster side by side either (one look: a single reading can fall in a burst), stops there.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import optuna
 from . import fit, machine, probe
 from .config import TrainConfig
 from .context import Context, State, changes_text, digest, key
-from .decide import decide, one_look, recheck
+from .decide import decide, recheck
 from .diagnose import COMPUTE_STAGES, clear_gain, diagnose, material
 from .ladder import ints, staged
 from .recipes import Recipe
@@ -164,14 +164,16 @@ def _recheck(ctx: Context, name: str, recipe: Recipe, state: State, trial: optun
     """A most promising config whose one reading fell below the noise band, looked at
     side by side with the incumbent (`decide.recheck`) before its recipe's round stops:
     the round stops (returns the trial and the look, or None for the look when there was
-    no time for it) only when that look, with the spread a single look has here
-    (`decide.one_look`), also shows it slower; else the search goes on and the look is
-    the config's first comparison (`seen`). One disturbance can cover every window of a
-    short trial: overhead_bound's compile (~0.3 s a trial) read 0.74x of the incumbent's
-    estimate once and its recipe stopped, while side by side it reads 1.14x."""
+    no time for it) unless that look reads it faster than the incumbent; then the search
+    goes on and the look is the config's first comparison (`seen`). One disturbance can
+    cover every window of a short trial: overhead_bound's compile (~0.3 s a trial) read
+    0.74x of the incumbent's estimate once and its recipe stopped, while side by side it
+    reads 1.14x. Not "unless the look's interval rules out a loss": one look's spread here
+    is +-15% (compute_bound's compile read 0.95x [0.81, 1.10], and its search, a duel of
+    its modes and a fresh look followed, to drop it after all)."""
     cand = TrainConfig().with_changes(trial.user_attrs["config"])
     look = recheck(ctx, name, recipe, state, cand, deadline)
-    if look is None or not look.measured or one_look(ctx, look).high < 1.0:
+    if look is None or not look.measured or not look.ratio > 1.0:
         return (trial, look), {}
     return None, {key(cand.flat()): look}
 

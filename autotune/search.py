@@ -170,7 +170,12 @@ def remember(earlier: Earlier, study: str, trials: list[optuna.trial.FrozenTrial
     for t in trials:
         if "reused_from" in t.user_attrs or t.user_attrs.get("state") not in REUSABLE or not t.user_attrs.get("config"):
             continue
-        earlier.setdefault(identity(TrainConfig().with_changes(t.user_attrs["config"])), (f"{study}#{t.number}", t))
+        earlier.setdefault(identity(TrainConfig().with_changes(t.user_attrs["config"])), (_trial_ref(study, t), t))
+
+
+def _trial_ref(study: str, t: optuna.trial.FrozenTrial) -> str:
+    """Where a trial was measured, as a reused trial names it: "study#trial"."""
+    return f"{study}#{t.number}"
 
 
 def _reuse(trial: optuna.Trial, t: optuna.trial.FrozenTrial, where: str) -> float | None:
@@ -274,7 +279,7 @@ class RecipeSearch:
         trial.set_user_attr("worker", self.me.model_dump(mode="json"))
         for t in self.finished():  # the same config again (normalisation, TPE repeats): reuse it
             if t.user_attrs.get("config") == config.flat() and t.number != trial.number:
-                return _reuse(trial, t, f"{self.study.study_name}#{t.number}")
+                return _reuse(trial, t, _trial_ref(self.study.study_name, t))
         before = (self.earlier or {}).get(identity(config))
         if before is not None:  # an earlier round measured it (a stage's single knob, a round's only config)
             return _reuse(trial, before[1], before[0])

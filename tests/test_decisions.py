@@ -582,8 +582,9 @@ COMPUTE_ONLY = {"forward": 0.45, "backward": 0.45, "optimizer": 0.1}
 
 
 def test_a_recipe_whose_most_promising_config_is_clearly_slower_stops_there(tmp_path):
-    """compile's first mode (default) is 30% slower here, so max-autotune (the same
-    compiler, longer) is not measured; the incumbent is not measured again either."""
+    """compile's first mode (default) is 30% slower here, in its search reading and in one
+    look side by side, so max-autotune (the same compiler, longer) is not measured; the
+    incumbent is not measured again either."""
 
     def speed(c):
         return 100.0 * {"none": 1.0, "default": 0.7, "max-autotune-no-cudagraphs": 0.75}[c.compile.mode]
@@ -593,6 +594,7 @@ def test_a_recipe_whose_most_promising_config_is_clearly_slower_stops_there(tmp_
     step = r.steps[0]
     assert [t.changes for t in step.trials] == [{"compile.mode": ["none", "default"]}]
     assert not step.accepted and "the rest of its space was not searched" in step.reason, step.reason
+    assert "0.7" in step.reason.split("of it side by side")[0][-20:], step.reason  # one look confirmed the reading
     assert r.budget.trials_used == 1
     assert all(c["compile.mode"] != "max-autotune-no-cudagraphs" for c in runner.measured)
 
