@@ -112,6 +112,33 @@ def test_a_promising_first_look_that_the_fresh_pairs_do_not_repeat_is_rejected()
     assert "1 fresh look alone 1.00x" in step.reason
 
 
+def test_a_fresh_look_that_reads_low_but_wide_does_not_contradict_a_strong_first_look_and_gets_another():
+    """The first look reads 1.23x; one fresh look from a disturbed pair of sessions reads
+    ~1.01x with windows 0.78-1.30x apart, its ratio under the margin but its interval
+    holding 1.23 (decode_bound's loader workers, 1.21x in the judge, were dropped so).
+    All the looks together still clear the margin: another look is taken, and more clear
+    ones show the gain."""
+    wide = [130.0, 80.0, 104.0, 125.0, 78.0]
+    strong = [122.0, 124.0, 123.5, 122.5, 123.0]
+    clears = {f"confirm{i}": CLEAR for i in range(2, 10)}
+    script = Script(accept=strong, confirm=wide, **clears)
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 120.0)], ctx, state)
+    assert script.kinds()[:3] == ["accept", "confirm", "confirm2"], script.kinds()
+    assert step.accepted and after.config.optimizer.impl == "fused", step.reason
+
+
+def test_a_fresh_look_that_contradicts_the_first_ends_the_looks_though_all_of_them_clear_the_margin():
+    """A first look of 1.23x, then a tight fresh one of 1.00x: all the looks together read
+    ~1.11x, but the fresh look's interval rules out the first's ratio: no third look."""
+    strong = [122.0, 124.0, 123.5, 122.5, 123.0]
+    script = Script(accept=strong, confirm=NOTHING, confirm2=CLEAR)
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 120.0)], ctx, state)
+    assert script.kinds() == ["accept", "confirm"]
+    assert not step.accepted and after is state
+
+
 def test_a_gain_that_stays_promising_but_unshown_is_measured_at_most_six_times():
     wide = [125.0, 90.0, 128.0, 88.0, 105.0]  # 1.06x with windows apart by 40%: 25 pairs do not show it
     script = Script(accept=wide, confirm=wide, confirm2=wide, confirm3=wide, confirm4=wide, confirm5=wide)
