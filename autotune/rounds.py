@@ -148,6 +148,8 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
         if k not in seen:  # one candidate per config
             seen.add(k)
             ranked.append(t)
+    if probed is not None:  # ruled out by its look; the band may have widened with that look's readings
+        ranked = [t for t in ranked if key(t.user_attrs.get("config") or {}) != key(probed[0].user_attrs["config"])]
     state = decide(ctx, name, recipe, step, state, ranked, deadline, rechecked)
     if probed is not None and not step.accepted:
         trial, look = probed

@@ -595,6 +595,7 @@ def test_a_recipe_whose_most_promising_config_is_clearly_slower_stops_there(tmp_
     assert [t.changes for t in step.trials] == [{"compile.mode": ["none", "default"]}]
     assert not step.accepted and "the rest of its space was not searched" in step.reason, step.reason
     assert "0.7" in step.reason.split("of it side by side")[0][-20:], step.reason  # one look confirmed the reading
+    assert len(runner.interleaved) == 3  # two A/As and that one look: no more
     assert r.budget.trials_used == 1
     assert all(c["compile.mode"] != "max-autotune-no-cudagraphs" for c in runner.measured)
 
