@@ -196,8 +196,8 @@ def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainCo
             searched: float | None, deadline: float | None = None,
             prior: float | None = None, first: Comparison | None = None) -> tuple[Comparison, list[Comparison]]:
     """The first comparison with the incumbent and, when it nominates the candidate, the
-    fresh looks that decide (one comparison, or up to `FRESH_LOOKS` while the fresh looks
-    are promising, their ratio above the margin, but the gain is not shown yet; up to
+    fresh looks that decide (one comparison, or up to `FRESH_LOOKS` while the looks are
+    promising (`_promising`) but the gain is not shown yet; up to
     `LAST_LOOKS` while `_nearly`). Their ratio is the one that decides (each look's trimmed
     mean): the pairs pooled let one burst end the looks (on the look model, a 1.08x gain
     was kept in 93% of runs instead of 86%, a 1.05x in 40% instead of 37%, placebos in 0
@@ -240,7 +240,7 @@ def _promising(ctx: Context, first: Comparison, alone: dict, every: dict) -> boo
     (`decide`'s note; 2,000 runs of each gain) this kept a 1.08x gain in 83% of runs
     instead of 78% (windows 3%, sessions 3%, one window in twenty slowed 10-30%), 39%
     instead of 36% (5%, 4%, one in seven), a 1.15x in 80% instead of 78% (8%, 6%), a 1.05x
-    in 27% instead of 24% (4%, 3%, no bursts), with 3-10% more looks; placebos 22 of
+    in 26% instead of 24% (4%, 3%, no bursts), with 4-14% more looks; placebos 22 of
     14,000 either way."""
     if alone["ratio"] > ctx.margin:
         return True
