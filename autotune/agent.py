@@ -235,7 +235,8 @@ class Agent:
             usable = [x for x in self.recipes if new(x, state.config)]
             choices = rank(usable, state.verdict, device, self.facts, attempts, ctx.margin, s.only, ctx.lowp)
             reserve = 3 * (ctx.trial_cost() or 0.0)  # a trial, and the final comparison's windows
-            stack = None if choices or stacked or not state.feasible else stacked_recipe(r.steps, state.config, by_name)
+            stack = None if choices or stacked or not state.feasible else \
+                stacked_recipe(r.steps, state.config, by_name, ctx.margin)
             if not choices and stack is None:
                 r.stop_reason = stop_reason(state.verdict, ctx.margin, ctx.lowp)
             elif r.budget.trials_used >= s.trials:

@@ -149,23 +149,30 @@ def joint_memory_recipe(choices: list[Choice]) -> Recipe | None:
 STACK = "stack"
 
 
-def stacked_recipe(steps: list[Step], config: TrainConfig, recipes: dict[str, Recipe]) -> Recipe | None:
-    """The changes that each pointed up side by side but were not shown, stacked into one
-    candidate: the latest rejected step of each recipe whose comparison read above 1, most
-    gain first, each key from the first that sets it, keeping what fits together.
+def stacked_recipe(steps: list[Step], config: TrainConfig, recipes: dict[str, Recipe],
+                   margin: float) -> Recipe | None:
+    """The changes that side by side were neither shown nor ruled out, stacked into one
+    candidate: the latest rejected step of each recipe whose comparison read within the
+    margin of no change or better and whose interval reaches past the margin, most gain
+    first, each key from the first that sets it, keeping what fits together.
 
     Gains of 2-7% apiece sit inside this machine's between-session noise and are rejected
     one by one, though together they are one clear change: resnet_jpeg's grid's best is 1
     thread, channels_last, foreach and bf16 together, 1.14x the default, and no part alone
     cleared the margin; overhead_bound's 1 thread (1.18x over 30 pairs) and compile (which
     helps only with it) were each rejected. An engineer stacks the near-misses and measures
-    the stack; so does this, once, as a recipe of one config, under the same decision."""
+    the stack; so does this, once, as a recipe of one config, under the same decision.
+    A part may read just under 1: transformer_encoder's bf16 read 0.99x [0.89, 1.11] and
+    fused AdamW 1.05x [0.91, 1.20], and the judge read bf16 alone 1.01x, the two together
+    1.15x (the grid's best); the stored runs before would have stacked overhead_bound's
+    compile (0.99x) with its 1 thread (1.04x) the same way, its grid's best."""
     latest: dict[str, Step] = {}
     for st in steps:
         if st.recipe != STACK:
             latest[st.recipe] = st
     ups = sorted((st for st in latest.values() if not st.accepted and st.changes and st.speedup is not None
-                  and st.speedup.ratio is not None and st.speedup.ratio > 1.0), key=lambda st: -st.speedup.ratio)
+                  and st.speedup.ratio is not None and st.speedup.ratio > 1.0 / margin
+                  and st.speedup.high is not None and st.speedup.high > margin), key=lambda st: -st.speedup.ratio)
     changes: dict[str, Any] = {}
     parts: list[Step] = []
     for st in ups:
