@@ -185,8 +185,12 @@ def recheck(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainCo
     under the same key, and is noted here: hand it to `decide` as `seen`.
     overhead_bound's compile read 0.74x of the incumbent's estimate in its one search
     reading (a trial of ~0.3 s: one disturbance covers it), 1.14x side by side."""
-    if not _time_for(ctx, deadline, 2):
-        return None
+    return _first_look(ctx, name, recipe, state, cand) if _time_for(ctx, deadline, 2) else None
+
+
+def _first_look(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainConfig) -> Comparison:
+    """A candidate's first comparison with the incumbent, noted: one key for `recheck` and
+    `_settle`, so a recheck's look is the one `_settle` would take (stored, not repeated)."""
     look = ctx.compare(f"{name}:accept:{digest(cand.flat())}", state.config, cand, f"{recipe.name} against current")
     ctx.note_pairs(state.config, cand, look)
     return look
@@ -207,8 +211,7 @@ def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainCo
     tag = digest(cand.flat())
     what = f"{recipe.name} against current"
     if first is None:
-        first = ctx.compare(f"{name}:accept:{tag}", state.config, cand, what)
-        ctx.note_pairs(state.config, cand, first)
+        first = _first_look(ctx, name, recipe, state, cand)
     if not (state.feasible and first.measured and _nominates(first, searched, ctx.margin, prior)):
         return first, []
     looks = [ctx.compare(f"{name}:confirm:{tag}", state.config, cand, f"{what}, again")]
