@@ -32,7 +32,7 @@ from .record import (Bottleneck, Brief, Budget, Comparison, FailureKind, Noise, 
                      StudyRef, Summary, Trial)
 from .context import BAND_CAP, Context, State, window_band
 from .rounds import play
-from .decide import one_look, pooled
+from .evidence import one_look, pooled
 from .runner import TrialRunner
 from .search import Constraints, fits, quiet_optuna, trial_record
 from .stats import noise_margin, paired_ratio

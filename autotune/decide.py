@@ -19,45 +19,29 @@ nominates the candidate (so does one that points the same way as a search readin
 clear gain without settling it); fresh comparisons ("looks") then decide. While they are
 promising but the gain is not shown, another look is taken, up to `FRESH_LOOKS`, and up
 to `LAST_LOOKS` while all the looks together read past the least gain and could show it
-within reach (`_nearly`); a look past the time budget is not taken.
-
-Each look is a fresh pair of sessions, and sessions differ: the 110 A/As of the stored
-benchmark runs on AMD EPYC machines strayed from 1 with twice the variance their own pairs
-allowed (a look's mean log ratio, 0.0045; 0.0023 of it from the windows). Pairs pooled over looks as if
-independent gave intervals too narrow: on `FakeRunner` with that structure (windows 8%,
-sessions 4%) the old rule (the fresh pairs and all pairs must each clear the margin) kept
-placebo changes in 3 of 270 comparisons, 17 of 280 where sessions dominate (windows 5%,
-sessions 6%). So each look counts once (`stats.looks_ratio`): its mean log ratio past its
-highest and lowest pair (bursts hit single windows: on a model of such looks, windows 3%
-with one in twenty slowed 20-50%, a 1.08x gain was kept in 71% of runs instead of 54%,
-with 30% fewer looks, placebos in 0 of 4,000 either way), the spread between looks pooled
-with the A/As' and the run's other candidates' looks, Student's t on those degrees of freedom. The
-fresh looks alone, and all the looks with the first, must each clear the least gain
-(`Context.min_gain`); the A/As' stray is in the spread, not added to the bar. On the same
-model: placebos kept in 0 of 271 comparisons (2 of 272 where sessions dominate); a 1.15x
-gain in 30 of 40 runs, a 1.08x in 12 of 60 (19 with the old rule).
+within reach (`evidence.nearly`); a look past the time budget is not taken.
+What the looks show, and whether another is worth taking, is `evidence`'s.
 """
 
 from __future__ import annotations
 
-import math
 import time
 
 from .config import TrainConfig
 from .context import Context, State, changes_text, digest, key
 from .diagnose import clear_gain, diagnose
+from .evidence import fresh_and_all, joined, nearly, pooled, promising, shown, spread
 from .recipes import Recipe
 from .record import Brief, Comparison, Ratio, Step, Summary
 from .search import fits, normalized, stored_summary
-from .stats import looks_ratio, paired_ratio
+from .stats import looks_ratio
 
-__all__ = ["CANDIDATES", "decide", "one_look", "pooled", "recheck"]
+__all__ = ["CANDIDATES", "decide", "recheck"]
 
 CANDIDATES = 3  # most of the search's candidates a round considers (those within the noise of the best are dueled)
 OFFERED = 2  # most candidates compared with the incumbent per round
 FRESH_LOOKS = 5  # most fresh comparisons (5 pairs each) while a gain stays promising but unshown
 LAST_LOOKS = 12  # most fresh comparisons while all the looks read past the least gain and could still show it
-REACH = 40  # most looks an unshown gain may need at its spread (`_reach`) for more to be taken past FRESH_LOOKS
 DUEL_LOOKS = 3  # most comparisons of a round's two best candidates while they cannot be told apart
 
 
@@ -169,13 +153,13 @@ def _duel(ctx: Context, name: str, recipe: Recipe, one, other,
         if not sp.measured:
             break
         looks.append(sp)
-        r = looks_ratio([(c.a, c.b) for c in looks], *_spread(ctx))
+        r = looks_ratio([(c.a, c.b) for c in looks], *spread(ctx))
         if not r["looks"] or not r["low"] < 1.0 < r["high"] or not _time_for(ctx, deadline, 2):
             break
     if not looks:
         return None
-    r = looks_ratio([(c.a, c.b) for c in looks], *_spread(ctx))
-    ratio = r["ratio"] if r["looks"] else _joined(looks).ratio
+    r = looks_ratio([(c.a, c.b) for c in looks], *spread(ctx))
+    ratio = r["ratio"] if r["looks"] else joined(looks).ratio
     return (other, 1.0 / ratio, len(looks)) if ratio > 1.0 else (one, ratio, len(looks))
 
 
@@ -203,8 +187,8 @@ def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainCo
             prior: float | None = None, first: Comparison | None = None) -> tuple[Comparison, list[Comparison]]:
     """The first comparison with the incumbent and, when it nominates the candidate, the
     fresh looks that decide (one comparison, or up to `FRESH_LOOKS` while the looks are
-    promising (`_promising`) but the gain is not shown yet; up to
-    `LAST_LOOKS` while `_nearly`). Their ratio is the one that decides (each look's trimmed
+    promising (`promising`) but the gain is not shown yet; up to
+    `LAST_LOOKS` while `nearly`). Their ratio is the one that decides (each look's trimmed
     mean): the pairs pooled let one burst end the looks (on the look model, a 1.08x gain
     was kept in 93% of runs instead of 86%, a 1.05x in 40% instead of 37%, placebos in 0
     of 4,000 either way).
@@ -222,10 +206,10 @@ def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainCo
     for look in range(2, LAST_LOOKS + 1):
         if not looks[-1].measured:  # the looks before it were measured, or the loop had ended
             break
-        alone, every = _looks(ctx, first, looks)
-        if not _promising(ctx, first, alone, every):
+        alone, every = fresh_and_all(ctx, first, looks)
+        if not promising(ctx, first, alone, every):
             break
-        if _shown(ctx, alone, every) or (look > FRESH_LOOKS and not _nearly(ctx, alone, every)):
+        if shown(ctx, alone, every) or (look > FRESH_LOOKS and not nearly(ctx, alone, every)):
             break
         if not _time_for(ctx, deadline, 2):  # a look takes two configs' windows
             break
@@ -233,92 +217,6 @@ def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainCo
         ctx.note_pairs(state.config, cand, more)
         looks.append(more)
     return first, looks
-
-
-def _promising(ctx: Context, first: Comparison, alone: dict, every: dict) -> bool:
-    """Whether the looks still promise the gain, so another is worth taking: the fresh
-    looks' ratio (as they decide) clears the margin; or all the looks' ratio does while
-    the fresh looks point the same way (above 1) and do not contradict the first (their
-    interval holds its ratio, each look's trimmed mean). decode_bound's 2 persistent
-    workers read 1.23x at first, then one fresh look 1.02x [0.80, 1.30], and were dropped;
-    the grid's best, 3 such workers, reads 1.21x over the default. On the look model
-    (`decide`'s note; 2,000 runs of each gain) this kept a 1.08x gain in 83% of runs
-    instead of 78% (windows 3%, sessions 3%, one window in twenty slowed 10-30%), 39%
-    instead of 36% (5%, 4%, one in seven), a 1.15x in 80% instead of 78% (8%, 6%), a 1.05x
-    in 26% instead of 24% (4%, 3%, no bursts), with 4-14% more looks; placebos 22 of
-    14,000 either way."""
-    if alone["ratio"] > ctx.margin:
-        return True
-    lead = looks_ratio([(first.a, first.b)], [], [])["ratio"]
-    return every["ratio"] > ctx.margin and alone["ratio"] > 1.0 and alone["high"] > lead
-
-
-def _joined(looks: list[Comparison]) -> Comparison:
-    """The looks' pairs as one comparison (the first failure, when one failed)."""
-    out = looks[0]
-    for more in looks[1:]:
-        out = pooled(out, more)
-    return out
-
-
-def _spread(ctx: Context, looks: list[Comparison] | None = None) -> tuple[list, list]:
-    """What the spread between looks is pooled from: every A/A, and every candidate's fresh
-    looks but `looks` (the candidate being judged), as `stats.looks_ratio` takes them."""
-    nulls = [(n.a, n.b) for n in ctx.nulls if n.measured]
-    others = [[(c.a, c.b) for c in group] for group in ctx.looked if group is not looks]
-    return nulls, others
-
-
-def _looks(ctx: Context, first: Comparison, looks: list[Comparison]) -> tuple[dict, dict]:
-    """The fresh looks alone, and all the looks with the first, each look counted once
-    (`stats.looks_ratio`): the spread between looks pooled with the A/As' and every other
-    candidate's fresh looks in the run."""
-    nulls, others = _spread(ctx, looks)
-    alone = looks_ratio([(c.a, c.b) for c in looks], nulls, others)
-    every = looks_ratio([(c.a, c.b) for c in [first, *looks]], nulls, others)
-    return alone, every
-
-
-def one_look(ctx: Context, comparison: Comparison) -> Ratio:
-    """One comparison's ratio with the interval a single look has here: the spread between
-    fresh pairs of sessions (the A/As' and the run's candidates' looks), not only its own
-    pairs' (the final comparison with the baseline is one look)."""
-    if not comparison.measured:
-        return comparison.ratio_only()
-    r = looks_ratio([(comparison.a, comparison.b)], *_spread(ctx))
-    return Ratio(ratio=r["ratio"], low=r["low"], high=r["high"], pairs=r["pairs"]) if r["looks"] else \
-        comparison.ratio_only()
-
-
-def _shown(ctx: Context, alone: dict, every: dict) -> bool:
-    """Whether the fresh looks alone, and all the looks, each clear the least gain (`_looks`;
-    the callers have ruled out a failed look)."""
-    bar = 1 + ctx.min_gain
-    return bool(alone["looks"]) and alone["low"] > bar and every["low"] > bar
-
-
-def _nearly(ctx: Context, alone: dict, every: dict) -> bool:
-    """Whether a candidate not shown in `FRESH_LOOKS` earns more looks (up to `LAST_LOOKS`):
-    all its looks together read past the least gain, the fresh looks point the same way
-    (above 1), and the looks it would take to show that ratio at the spread they have
-    (`_reach`) stay within `REACH`. A look's spread on these machines is +-12-25%, so
-    five looks resolve ~1.2x and a real 7-11% gain needs ten or more: compute_bound's fused
-    AdamW read 1.07x [1.00, 1.15] over six looks and was dropped (1.11x in the benchmark's
-    judge); under the earlier rule (every interval's low past the least gain, or the fresh
-    ones', or both past 1; up to 9 looks) too. On the look model (windows 4%, sessions 3%,
-    one window in ten slowed 10-30%, one session in ten 10-25% either way; 1,500 runs per
-    gain, 5,000 placebos) this keeps a 1.11x gain in 79% of runs instead of 69%, a 1.07x in
-    40% instead of 31%, placebos in 7 of 5,000 (8 before), with 2% more looks on placebos
-    and 13-22% more on the gains; without `_reach`, 14% and 19-51% more."""
-    return every["ratio"] > 1 + ctx.min_gain and alone["ratio"] > 1.0 and _reach(ctx, every) <= REACH
-
-
-def _reach(ctx: Context, r: dict) -> float:
-    """How many looks an interval as wide per look as `r`'s would take to clear the least
-    gain around `r`'s ratio (the width narrows as one over the root of the looks)."""
-    gap = math.log(r["ratio"]) - math.log1p(ctx.min_gain)
-    half = math.log(r["high"]) - math.log(r["ratio"])
-    return r["looks"] * (half / gap) ** 2 if gap > 0 else math.inf
 
 
 def _nominates(first: Comparison, searched: float | None, margin: float, prior: float | None = None) -> bool:
@@ -345,20 +243,12 @@ def _nominates(first: Comparison, searched: float | None, margin: float, prior: 
     return prior is not None and prior > clear_gain(margin)
 
 
-def pooled(first: Comparison, again: Comparison) -> Comparison:
-    """Both comparisons' pairs as one; the second's failure when it failed."""
-    if again.failed or not again.measured:
-        return again
-    a, b = first.a + again.a, first.b + again.b
-    return Comparison(**paired_ratio(a, b), a=a, b=b)
-
-
 def _verdict(step: Step, first: Comparison, looks: list[Comparison], state: State, cand: Summary, ctx: Context,
              searched: float) -> None:
     """Accept or reject one candidate on its side-by-side comparisons, with the reason
     (`searched`: the search's reading of it over the incumbent's pooled estimate)."""
     margin, limit = ctx.margin, ctx.constraints.memory_limit
-    fresh = _joined(looks) if looks else None
+    fresh = joined(looks) if looks else None
     sp = first if fresh is None else pooled(first, fresh)
     if not state.feasible:
         ratio = f"; throughput ratio {sp.ratio:.2f}x [{sp.low:.2f}, {sp.high:.2f}]" if sp.measured else ""
@@ -378,8 +268,8 @@ def _verdict(step: Step, first: Comparison, looks: list[Comparison], state: Stat
         step.reason = (f"measured {sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}], not above the noise "
                        f"margin {margin:.3f} (search estimate was {searched:.2f}x)")
         return
-    alone, every = _looks(ctx, first, looks)
-    step.accepted = _shown(ctx, alone, every)
+    alone, every = fresh_and_all(ctx, first, looks)
+    step.accepted = shown(ctx, alone, every)
     if every["looks"]:
         step.speedup = Ratio(ratio=every["ratio"], low=every["low"], high=every["high"], pairs=every["pairs"])
     bar = 1 + ctx.min_gain

@@ -10,7 +10,8 @@ import pytest
 
 from autotune.config import TrainConfig
 from autotune.context import Context, State
-from autotune.decide import decide, one_look
+from autotune.decide import decide
+from autotune.evidence import one_look
 from autotune.diagnose import diagnose
 from autotune.events import Silent
 from autotune.recipes import load_recipes
@@ -128,15 +129,28 @@ def test_a_fresh_look_that_reads_low_but_wide_does_not_contradict_a_strong_first
     assert step.accepted and after.config.optimizer.impl == "fused", step.reason
 
 
-def test_a_fresh_look_that_contradicts_the_first_ends_the_looks_though_all_of_them_clear_the_margin():
-    """A first look of 1.23x, then a tight fresh one of 1.00x: all the looks together read
-    ~1.11x, but the fresh look's interval rules out the first's ratio: no third look."""
+def test_two_fresh_looks_that_contradict_the_first_end_the_looks_though_all_of_them_clear_the_margin():
+    """A first look of 1.23x, then two tight fresh ones of 1.00x: all the looks together read
+    ~1.07x, but the fresh looks' interval rules out the first's ratio: no fourth look."""
     strong = [122.0, 124.0, 123.5, 122.5, 123.0]
-    script = Script(accept=strong, confirm=NOTHING, confirm2=CLEAR)
+    script = Script(accept=strong, confirm=NOTHING, confirm2=NOTHING, confirm3=CLEAR)
     ctx, runner, state = setup(script)
     step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 120.0)], ctx, state)
-    assert script.kinds() == ["accept", "confirm"]
+    assert script.kinds() == ["accept", "confirm", "confirm2"]
     assert not step.accepted and after is state
+
+
+def test_one_fresh_look_that_contradicts_the_first_gets_a_second_that_breaks_the_tie():
+    """A first look of 1.23x, then one tight fresh look of 1.03x whose interval rules the
+    first out (overhead_bound's compile; 1.19x in the judge): a second fresh look is taken,
+    it and the looks after it read ~1.2x, and the gain is kept."""
+    strong = [122.0, 124.0, 123.5, 122.5, 123.0]
+    tight = lambda r: [100.0 * r * f for f in (1.002, 0.998, 1.001, 0.999, 1.0)]  # noqa: E731
+    script = Script(accept=strong, confirm=tight(1.03), **{f"confirm{i}": tight(1.2) for i in range(2, 13)})
+    ctx, runner, state = setup(script)
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 120.0)], ctx, state)
+    assert script.kinds()[:3] == ["accept", "confirm", "confirm2"], script.kinds()
+    assert step.accepted and after.config.optimizer.impl == "fused", step.reason
 
 
 def test_a_gain_that_stays_promising_but_unshown_is_measured_at_most_six_times():

@@ -975,7 +975,7 @@ def test_the_band_a_single_reading_is_judged_by_is_one_aas_width_not_the_pooled_
     windows: the band's floor is a single A/A's width, wider than the pooled one's."""
     from autotune.agent import _band
     from autotune.config import TrainConfig
-    from autotune.decide import pooled
+    from autotune.evidence import pooled
     from autotune.record import Comparison
     from autotune.stats import paired_ratio
 
