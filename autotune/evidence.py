@@ -104,8 +104,8 @@ def shown(ctx: Context, alone: dict, every: dict) -> bool:
 
 
 def nearly(ctx: Context, alone: dict, every: dict) -> bool:
-    """Whether a candidate not shown in `decide.FRESH_LOOKS` looks earns more (up to `decide.LAST_LOOKS`):
-    all its looks together read past the least gain, the fresh looks point the same way
+    """Whether a candidate not shown in `decide.FRESH_LOOKS` fresh looks earns more (up to
+    `decide.LAST_LOOKS`): all its looks together read past the least gain, the fresh looks point the same way
     (above 1), and the looks it would take to show that ratio at the spread they have
     (`reach`) stay within `REACH`. A look's spread on these machines is +-12-25%, so
     five looks resolve ~1.2x and a real 7-11% gain needs ten or more: compute_bound's fused

@@ -131,7 +131,7 @@ def test_a_fresh_look_that_reads_low_but_wide_does_not_contradict_a_strong_first
 
 def test_two_fresh_looks_that_contradict_the_first_end_the_looks_though_all_of_them_clear_the_margin():
     """A first look of 1.23x, then two tight fresh ones of 1.00x: all the looks together read
-    ~1.07x, but the fresh looks' interval rules out the first's ratio: no fourth look."""
+    ~1.07x, but the fresh ones read no gain and rule out the first's ratio: no fourth look."""
     strong = [122.0, 124.0, 123.5, 122.5, 123.0]
     script = Script(accept=strong, confirm=NOTHING, confirm2=NOTHING, confirm3=CLEAR)
     ctx, runner, state = setup(script)
