@@ -28,6 +28,17 @@ NOTHING = [100.5, 99.0, 101.0, 99.5, 100.2]  # 1.00x
 NULLS = [Comparison(**paired_ratio(INCUMBENT, b), a=INCUMBENT, b=b) for b in ([101.0] * 5, [99.0] * 5)]
 
 
+def tight(r: float) -> list[float]:
+    """Five windows of a config `r` times the incumbent's, within 0.2% of each other: a
+    look whose spread is between looks, not inside it."""
+    return [100.0 * r * f for f in (1.002, 0.998, 1.001, 0.999, 1.0)]
+
+
+def nulls(*ratios: float) -> list[Comparison]:
+    """A/As of tight looks that read `ratios`: what fresh pairs of sessions differ by."""
+    return [Comparison(**paired_ratio(INCUMBENT, tight(r)), a=INCUMBENT, b=tight(r)) for r in ratios]
+
+
 class Script:
     """`Context.compare` answering from a script: per kind of key (accept, confirm,
     confirm2, duel), the windows of B (A's are `INCUMBENT`); every key asked is kept."""
@@ -145,7 +156,6 @@ def test_one_fresh_look_that_contradicts_the_first_gets_a_second_that_breaks_the
     first out (overhead_bound's compile; 1.19x in the judge): a second fresh look is taken,
     it and the looks after it read ~1.2x, and the gain is kept."""
     strong = [122.0, 124.0, 123.5, 122.5, 123.0]
-    tight = lambda r: [100.0 * r * f for f in (1.002, 0.998, 1.001, 0.999, 1.0)]  # noqa: E731
     script = Script(accept=strong, confirm=tight(1.03), **{f"confirm{i}": tight(1.2) for i in range(2, 13)})
     ctx, runner, state = setup(script)
     step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 120.0)], ctx, state)
@@ -411,12 +421,11 @@ def test_a_gain_read_by_one_sessions_pairs_alone_is_not_shown_where_sessions_dif
     sessions do not. One fresh look of 1.08x in tight pairs clears 1.03 as pairs pooled,
     but not as one look among looks that differ by 4%; the looks that follow read 1.00x,
     1.06x, 0.99x and 1.07x, then 1.00-1.03x: a placebo's spread, and it is not kept."""
-    tight = lambda r: [100.0 * r * f for f in (1.002, 0.998, 1.001, 0.999, 1.0)]  # noqa: E731
     later = {f"confirm{i}": tight(r) for i, r in enumerate((1.0, 1.03, 0.98, 1.02, 0.99, 1.01, 1.0), start=6)}
     script = Script(accept=tight(1.09), confirm=tight(1.08), confirm2=tight(1.0), confirm3=tight(1.06),
                     confirm4=tight(0.99), confirm5=tight(1.07), **later)
     ctx, runner, state = setup(script)
-    ctx.nulls = [Comparison(**paired_ratio(INCUMBENT, b), a=INCUMBENT, b=b) for b in (tight(1.04), tight(0.96))]
+    ctx.nulls = nulls(1.04, 0.96)
     once = Comparison(**paired_ratio(INCUMBENT, tight(1.08)))
     assert once.low > ctx.margin  # the premise: its pairs alone clear the margin
     step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 108.0)], ctx, state)
@@ -425,9 +434,8 @@ def test_a_gain_read_by_one_sessions_pairs_alone_is_not_shown_where_sessions_dif
 
 
 def test_the_final_comparison_is_one_look_and_its_interval_holds_the_spread_between_sessions():
-    tight = lambda r: [100.0 * r * f for f in (1.002, 0.998, 1.001, 0.999, 1.0)]  # noqa: E731
     ctx, runner, state = setup(Script())
-    ctx.nulls = [Comparison(**paired_ratio(INCUMBENT, b), a=INCUMBENT, b=b) for b in (tight(1.04), tight(0.96))]
+    ctx.nulls = nulls(1.04, 0.96)
     final = Comparison(**paired_ratio(INCUMBENT, tight(1.5)), a=INCUMBENT, b=tight(1.5))
     r = one_look(ctx, final)
     assert r.ratio == pytest.approx(final.ratio, rel=1e-3) and r.pairs == 5  # its trimmed mean
@@ -447,7 +455,6 @@ def test_a_fake_session_offsets_all_its_windows_alike_and_each_session_its_own()
 
 def _looks_script(first: float, fresh: list[float]) -> Script:
     """The first comparison and the fresh looks, each in tight pairs (the spread is between looks)."""
-    tight = lambda r: [100.0 * r * f for f in (1.002, 0.998, 1.001, 0.999, 1.0)]  # noqa: E731
     return Script(accept=tight(first), **{f"confirm{i + 1 if i else ''}": tight(r) for i, r in enumerate(fresh)})
 
 
@@ -480,8 +487,7 @@ def test_a_seven_percent_gain_whose_looks_spread_ten_percent_gets_the_looks_it_n
     looks and was dropped; 1.11x in the benchmark's judge)."""
     script = _looks_script(1.07, [1.12, 1.01, 1.10, 1.02, 1.06, 1.09, 1.05, 1.08, 1.07, 1.07, 1.07, 1.07, 1.07])
     ctx, runner, state = setup(script)
-    tight = lambda r: [100.0 * r * f for f in (1.002, 0.998, 1.001, 0.999, 1.0)]  # noqa: E731
-    ctx.nulls = [Comparison(**paired_ratio(INCUMBENT, tight(r)), a=INCUMBENT, b=tight(r)) for r in (1.08, 0.93)]
+    ctx.nulls = nulls(1.08, 0.93)
     step, after = run(script, [candidate(runner, {"optimizer.impl": "fused"}, 107.0)], ctx, state)
     assert len(script.kinds()) > 7 and step.accepted and after.config.optimizer.impl == "fused", step.reason
 
