@@ -300,10 +300,11 @@ def test_three_candidates_within_noise_meet_in_turn_and_the_last_winner_is_offer
 
 def test_a_duel_that_cannot_tell_its_candidates_apart_looks_again():
     """memory_bound's two fits 7% apart read 0.99x in one look and the slower was kept:
-    while the duel's looks hold 1, another is taken (up to three), and they decide."""
+    while the duel's looks hold 1, another is taken (up to six), and they decide."""
     wide = [118.0, 84.0, 117.0, 83.0, 100.0]  # 0.99x, an interval holding 1
-    script = Script(duel=wide, duel2=[104.0, 108.0, 106.0, 107.0, 105.0], duel3=[105.0, 109.0, 107.0, 106.0, 108.0],
-                    accept=[NOTHING])
+    later = [105.0, 109.0, 107.0, 106.0, 108.0]
+    script = Script(duel=wide, duel2=[104.0, 108.0, 106.0, 107.0, 105.0], duel3=later, duel4=later, duel5=later,
+                    duel6=later, accept=[NOTHING])
     ctx, runner, state = setup(script)
     state = State(state.config, state.summary, state.verdict, False)  # the incumbent does not fit
     lucky = candidate(runner, {"memory.activation_checkpointing": True}, 112.0)
@@ -312,6 +313,21 @@ def test_a_duel_that_cannot_tell_its_candidates_apart_looks_again():
     assert script.kinds()[:2] == ["duel", "duel2"] and script.kinds()[-1] == "accept"
     assert after.config.memory.micro_batch_size == 512 and not after.config.memory.activation_checkpointing
     assert "looks" in step.reason
+
+
+def test_a_duel_whose_three_looks_still_hold_one_looks_again_and_the_later_looks_decide():
+    """memory_bound's checkpointing read 1.00x of micro-batch 512 over three looks, the
+    judge 0.82x: three looks that still hold 1 get more (up to six), and all of them pick."""
+    script = Script(duel=tight(0.97), duel2=tight(1.03), duel3=tight(0.99), duel4=tight(1.08), duel5=tight(1.07),
+                    duel6=tight(1.09), accept=[NOTHING])
+    ctx, runner, state = setup(script)
+    state = State(state.config, state.summary, state.verdict, False)  # the incumbent does not fit
+    lucky = candidate(runner, {"memory.activation_checkpointing": True}, 112.0)
+    faster = candidate(runner, {"memory.micro_batch_size": 512}, 109.0)
+    step, after = run(script, [lucky, faster], ctx, state)
+    assert script.kinds()[:4] == ["duel", "duel2", "duel3", "duel4"], script.kinds()
+    assert after.config.memory.micro_batch_size == 512 and not after.config.memory.activation_checkpointing
+    assert "checkpointing" in step.reason and "looks" in step.reason
 
 
 def test_a_duel_that_tells_its_candidates_apart_at_once_takes_one_look():
