@@ -163,8 +163,7 @@ def _duel(ctx: Context, name: str, recipe: Recipe, one, other,
             break
     if not looks:
         return None
-    r = looks_ratio([(c.a, c.b) for c in looks], *spread(ctx))
-    ratio = r["ratio"] if r["looks"] else joined(looks).ratio
+    ratio = r["ratio"] if r["looks"] else joined(looks).ratio  # the last look's reading of them all
     return (other, 1.0 / ratio, len(looks)) if ratio > 1.0 else (one, ratio, len(looks))
 
 
