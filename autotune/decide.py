@@ -44,6 +44,7 @@ OFFERED = 2  # most candidates compared with the incumbent per round
 FRESH_LOOKS = 5  # most fresh comparisons (5 pairs each) while a gain stays promising but unshown
 LAST_LOOKS = 12  # most fresh comparisons while all the looks read past the least gain and could still show it
 DUEL_LOOKS = 6  # most comparisons of a round's two best candidates while they cannot be told apart
+START_FACTOR = 1.5  # a duel's looks too close to call: the one this much quicker to start (compile, workers) wins
 
 
 def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ranked: list,
@@ -117,27 +118,27 @@ def _playoff(ctx: Context, name: str, recipe: Recipe, close: list, deadline: flo
         duel = _duel(ctx, name, recipe, champion, challenger, deadline)
         if duel is None:
             continue
-        faster, ratio, looks = duel
-        loser = challenger if faster is champion else champion
-        champion = faster
-        lost.append((loser, ratio, looks))
+        winner, ratio, looks, note = duel
+        loser = challenger if winner is champion else champion
+        champion = winner
+        lost.append((loser, ratio, looks, note))
     if not lost:
         return close[0], ""
     if len(lost) == 1:
-        loser, ratio, looks = lost[0]
+        loser, ratio, looks, note = lost[0]
         over = f" over {looks} looks" if looks > 1 else ""
         return champion, (f"; offered before the other candidate ({changes_text(loser)}), which read within the "
-                          f"noise of it in the search and measured {ratio:.2f}x of it side by side{over}")
+                          f"noise of it in the search and measured {ratio:.2f}x of it side by side{over}{note}")
     each = ", ".join(f"({changes_text(loser)}) {ratio:.2f}x of its rival" + (f" over {looks} looks" if looks > 1 else "")
-                     for loser, ratio, looks in lost)
+                     + note for loser, ratio, looks, note in lost)
     return champion, (f"; offered before {len(lost)} other candidates that read within the noise of it in the search, "
-                      f"each slower side by side in a duel: {each}")
+                      f"each losing a duel side by side: {each}")
 
 
 def _duel(ctx: Context, name: str, recipe: Recipe, one, other,
-          deadline: float | None) -> tuple[object, float, int] | None:
-    """Two candidates side by side: the faster, the slower's ratio to it and the looks
-    taken (None when no look was measured).
+          deadline: float | None) -> tuple[object, float, int, str] | None:
+    """Two candidates side by side: the winner, the loser's ratio to it, the looks taken
+    and a note when the start times picked it (None when no look was measured).
 
     While the looks cannot tell which is faster (their interval, `stats.looks_ratio` with
     the run's spread between looks, holds 1), another look is taken, up to `DUEL_LOOKS`:
@@ -146,7 +147,14 @@ def _duel(ctx: Context, name: str, recipe: Recipe, one, other,
     micro-batch 512 over three looks (the benchmark's judge: 0.82x). Where the looks end
     undecided their ratio picks. Stopping early where the looks could not show their ratio
     within a few more (as `evidence.nearly` does for gains) kept the slower more often on
-    the look model than three looks did: a ratio near 1 is where the pick goes wrong."""
+    the look model than three looks did: a ratio near 1 is where the pick goes wrong.
+
+    Looks that end undecided and read the two within the least gain of each other cannot
+    say which is faster, and a difference that small is not worth keeping: the one that is
+    clearly quicker to start wins (`START_FACTOR`; set-up and first step, as each one's
+    search trial measured them: compilation, worker start). Five of nine examples' compile
+    rounds ended a 6-look duel of two compile modes at 0.96-1.00x, and the modes differ
+    in how long they take to compile."""
     a, b = (TrainConfig().with_changes(t.user_attrs["config"]) for t in (one, other))
     tag = f"{digest(a.flat())}:{digest(b.flat())}"
     what = f"{recipe.name}: two of its best candidates against each other"
@@ -164,7 +172,17 @@ def _duel(ctx: Context, name: str, recipe: Recipe, one, other,
     if not looks:
         return None
     ratio = r["ratio"] if r["looks"] else joined(looks).ratio  # the last look's reading of them all
-    return (other, 1.0 / ratio, len(looks)) if ratio > 1.0 else (one, ratio, len(looks))
+    faster = (other, 1.0 / ratio, len(looks), "") if ratio > 1.0 else (one, ratio, len(looks), "")
+    if not (r["looks"] and r["low"] < 1.0 < r["high"] and 1 / (1 + ctx.min_gain) < ratio < 1 + ctx.min_gain):
+        return faster
+    start = {id(t): Brief.of(stored_summary(t)).one_time_s for t in (one, other)}
+    quick, slow = sorted((one, other), key=lambda t: start[id(t)])
+    if start[id(quick)] * START_FACTOR > start[id(slow)]:
+        return faster
+    note = (f" (too close to call, within the least gain {1 + ctx.min_gain:.3f}: it starts "
+            f"{start[id(slow)] - start[id(quick)]:.1f} s later, {start[id(slow)]:.1f} s against "
+            f"{start[id(quick)]:.1f} s to set up and take a first step)")
+    return quick, (ratio if quick is one else 1.0 / ratio), len(looks), note
 
 
 def recheck(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainConfig,

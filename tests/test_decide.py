@@ -330,6 +330,43 @@ def test_a_duel_whose_three_looks_still_hold_one_looks_again_and_the_later_looks
     assert "checkpointing" in step.reason and "looks" in step.reason
 
 
+def started(trial: optuna.trial.FrozenTrial, seconds: float) -> optuna.trial.FrozenTrial:
+    """`trial` with a search measurement that took `seconds` to set up and take a first step."""
+    trial.user_attrs["summary"]["one_time"] = {"setup_s": 1.0, "first_step_s": seconds - 1.0}
+    return trial
+
+
+def undecided(*ratios: float) -> dict[str, list[float]]:
+    return {f"duel{i + 1 if i else ''}": tight(r) for i, r in enumerate(ratios)}
+
+
+def test_a_duel_too_close_to_call_keeps_the_candidate_that_is_clearly_quicker_to_start():
+    """Two compile modes read within the least gain of each other over six looks: the one
+    that compiles in 10 s wins over the one that takes 30 s, though its looks read 0.99x."""
+    script = Script(**undecided(0.97, 1.02, 0.98, 1.01, 0.99, 1.00), accept=[CLEAR], confirm=[CLEAR])
+    ctx, runner, state = setup(script)
+    slow = started(candidate(runner, {"compile.mode": "max-autotune-no-cudagraphs"}, 112.0), 30.0)
+    quick = started(candidate(runner, {"compile.mode": "default"}, 109.0), 10.0)
+    step, after = run(script, [slow, quick], ctx, state)
+    assert script.kinds()[:6] == ["duel", "duel2", "duel3", "duel4", "duel5", "duel6"], script.kinds()
+    assert after.config.compile.mode == "default", step.reason
+    assert "too close to call" in step.reason and "30.0 s against 10.0 s" in step.reason
+
+
+@pytest.mark.parametrize("ratios, seconds", [((1.02, 0.92, 1.01, 0.93, 0.99, 0.94), 10.0),  # 0.97x, holding 1: past the least gain
+                                             ((0.97, 1.02, 0.98, 1.01, 0.99, 1.00), 25.0)])  # 25 s: not 1.5x quicker
+def test_a_duel_that_reads_apart_or_starts_alike_keeps_the_faster_reading(ratios, seconds):
+    """Six looks that hold 1 but read the two a least gain apart, or two candidates that
+    start within 1.5x of each other: the looks' ratio picks."""
+    script = Script(**undecided(*ratios), accept=[CLEAR], confirm=[CLEAR])
+    ctx, runner, state = setup(script)
+    slow = started(candidate(runner, {"compile.mode": "max-autotune-no-cudagraphs"}, 112.0), 30.0)
+    quick = started(candidate(runner, {"compile.mode": "default"}, 109.0), seconds)
+    step, after = run(script, [slow, quick], ctx, state)
+    assert after.config.compile.mode == "max-autotune-no-cudagraphs", step.reason
+    assert "too close to call" not in step.reason
+
+
 def test_a_duel_that_tells_its_candidates_apart_at_once_takes_one_look():
     script = Script(duel=[80.0, 81.0, 79.0, 80.5, 80.0], duel2=CLEAR, accept=[NOTHING])
     ctx, runner, state = setup(script)
