@@ -175,7 +175,9 @@ def _duel(ctx: Context, name: str, recipe: Recipe, one, other,
     faster = (other, 1.0 / ratio, len(looks), "") if ratio > 1.0 else (one, ratio, len(looks), "")
     if not (r["looks"] and r["low"] < 1.0 < r["high"] and 1 / (1 + ctx.min_gain) < ratio < 1 + ctx.min_gain):
         return faster
-    start = {id(t): Brief.of(stored_summary(t)).one_time_s for t in (one, other)}
+    start = {id(t): Brief.of(s).one_time_s for t in (one, other) if (s := stored_summary(t)) is not None}
+    if len(start) < 2:
+        return faster
     quick, slow = sorted((one, other), key=lambda t: start[id(t)])
     if start[id(quick)] * START_FACTOR > start[id(slow)]:
         return faster

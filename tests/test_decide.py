@@ -353,8 +353,10 @@ def test_a_duel_too_close_to_call_keeps_the_candidate_that_is_clearly_quicker_to
     assert "too close to call" in step.reason and "30.0 s against 10.0 s" in step.reason
 
 
-@pytest.mark.parametrize("ratios, seconds", [((1.02, 0.92, 1.01, 0.93, 0.99, 0.94), 10.0),  # 0.97x, holding 1: past the least gain
-                                             ((0.97, 1.02, 0.98, 1.01, 0.99, 1.00), 25.0)])  # 25 s: not 1.5x quicker
+@pytest.mark.parametrize("ratios, seconds", [
+    ((1.02, 0.92, 1.01, 0.93, 0.99, 0.94), 10.0),  # 0.97x, holding 1: past the least gain
+    ((0.97, 1.02, 0.98, 1.01, 0.99, 1.00), 25.0),  # 25 s: not 1.5x quicker
+])
 def test_a_duel_that_reads_apart_or_starts_alike_keeps_the_faster_reading(ratios, seconds):
     """Six looks that hold 1 but read the two a least gain apart, or two candidates that
     start within 1.5x of each other: the looks' ratio picks."""

@@ -830,7 +830,8 @@ def test_a_knob_that_lost_most_of_the_noise_band_alone_is_left_out_of_the_knobs_
     def speed(c):
         w, one = c.data.num_workers, c.backend.num_threads == 1
         base = {0: 100.0, 1: 130.0, 2: 170.0, 3: 200.0, 4: 150.0}.get(w, 120.0) * (1.0 if one or not w else 0.78)
-        return base * (1.15 if w and c.data.prefetch_factor == 4 else 1.0) * (1.1 if w and c.data.persistent_workers else 1.0)
+        prefetch = 1.15 if w and c.data.prefetch_factor == 4 else 1.0
+        return base * prefetch * (1.1 if w and c.data.persistent_workers else 1.0)
 
     def stages(c):
         data = 0.6 if speed(c) < 150 else 0.2
