@@ -44,7 +44,8 @@ OFFERED = 2  # most candidates compared with the incumbent per round
 FRESH_LOOKS = 5  # most fresh comparisons (5 pairs each) while a gain stays promising but unshown
 LAST_LOOKS = 12  # most fresh comparisons while all the looks read past the least gain and could still show it
 DUEL_LOOKS = 6  # most comparisons of a round's two best candidates while they cannot be told apart
-START_FACTOR = 1.5  # a duel's looks too close to call: the one this much quicker to start (compile, workers) wins
+START_FACTOR = 1.5  # a duel's looks too close to call: the one this much quicker to start (compile, workers) wins,
+START_MIN_S = 5.0  # by at least this many seconds (a warm compile cache starts either in a fraction of a second)
 
 
 def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ranked: list,
@@ -151,10 +152,11 @@ def _duel(ctx: Context, name: str, recipe: Recipe, one, other,
 
     Looks that end undecided and read the two within the least gain of each other cannot
     say which is faster, and a difference that small is not worth keeping: the one that is
-    clearly quicker to start wins (`START_FACTOR`; set-up and first step, as each one's
-    search trial measured them: compilation, worker start). Five of nine examples' compile
-    rounds ended a 6-look duel of two compile modes at 0.96-1.00x, and the modes differ
-    in how long they take to compile."""
+    clearly quicker to start wins (`START_FACTOR`, `START_MIN_S`; set-up and first step, as
+    each one's search trial measured them: compilation, worker start). Five of nine
+    examples' compile rounds ended a 6-look duel of two compile modes at 0.96-1.00x, and
+    the modes differ in how long they take to compile. Without the floor in seconds, 0.2 s
+    against 0.0 s (compile modes from a warm cache, in-process) picked."""
     a, b = (TrainConfig().with_changes(t.user_attrs["config"]) for t in (one, other))
     tag = f"{digest(a.flat())}:{digest(b.flat())}"
     what = f"{recipe.name}: two of its best candidates against each other"
@@ -179,7 +181,7 @@ def _duel(ctx: Context, name: str, recipe: Recipe, one, other,
     if len(start) < 2:
         return faster
     quick, slow = sorted((one, other), key=lambda t: start[id(t)])
-    if start[id(quick)] * START_FACTOR > start[id(slow)]:
+    if start[id(slow)] < max(start[id(quick)] * START_FACTOR, start[id(quick)] + START_MIN_S):
         return faster
     note = (f" (too close to call, within the least gain {1 + ctx.min_gain:.3f}: it starts "
             f"{start[id(slow)] - start[id(quick)]:.1f} s later, {start[id(slow)]:.1f} s against "
