@@ -169,23 +169,24 @@ def _duel(ctx: Context, name: str, recipe: Recipe, one, other,
             break
         looks.append(sp)
         r = looks_ratio([(c.a, c.b) for c in looks], *spread(ctx))
-        if not r["looks"] or not r["low"] < 1.0 < r["high"] or not _time_for(ctx, deadline, 2):
+        undecided = bool(r["looks"]) and r["low"] < 1.0 < r["high"]
+        if not undecided or not _time_for(ctx, deadline, 2):
             break
     if not looks:
         return None
     ratio = r["ratio"] if r["looks"] else joined(looks).ratio  # the last look's reading of them all
     faster = (other, 1.0 / ratio, len(looks), "") if ratio > 1.0 else (one, ratio, len(looks), "")
-    if not (r["looks"] and r["low"] < 1.0 < r["high"] and 1 / (1 + ctx.min_gain) < ratio < 1 + ctx.min_gain):
+    if not (undecided and 1 / (1 + ctx.min_gain) < ratio < 1 + ctx.min_gain):
         return faster
-    start = {id(t): Brief.of(s).one_time_s for t in (one, other) if (s := stored_summary(t)) is not None}
-    if len(start) < 2:
+    s_one, s_other = (stored_summary(t) for t in (one, other))
+    if s_one is None or s_other is None:
         return faster
-    quick, slow = sorted((one, other), key=lambda t: start[id(t)])
-    if start[id(slow)] < max(start[id(quick)] * START_FACTOR, start[id(quick)] + START_MIN_S):
+    (quick, q_s), (_, slow_s) = sorted(((one, Brief.of(s_one).one_time_s), (other, Brief.of(s_other).one_time_s)),
+                                       key=lambda p: p[1])
+    if slow_s < max(q_s * START_FACTOR, q_s + START_MIN_S):
         return faster
-    note = (f" (too close to call, within the least gain {1 + ctx.min_gain:.3f}: it starts "
-            f"{start[id(slow)] - start[id(quick)]:.1f} s later, {start[id(slow)]:.1f} s against "
-            f"{start[id(quick)]:.1f} s to set up and take a first step)")
+    note = (f" (too close to call, within the least gain {1 + ctx.min_gain:.3f}: it starts {slow_s - q_s:.1f} s "
+            f"later, {slow_s:.1f} s against {q_s:.1f} s to set up and take a first step)")
     return quick, (ratio if quick is one else 1.0 / ratio), len(looks), note
 
 

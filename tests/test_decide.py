@@ -39,6 +39,11 @@ def nulls(*ratios: float) -> list[Comparison]:
     return [Comparison(**paired_ratio(INCUMBENT, tight(r)), a=INCUMBENT, b=tight(r)) for r in ratios]
 
 
+def in_turn(kind: str, ratios) -> dict[str, list[float]]:
+    """Tight looks reading `ratios`, keyed as `kind`'s looks are asked: kind, kind2, kind3, ..."""
+    return {f"{kind}{i + 1 if i else ''}": tight(r) for i, r in enumerate(ratios)}
+
+
 class Script:
     """`Context.compare` answering from a script: per kind of key (accept, confirm,
     confirm2, duel), the windows of B (A's are `INCUMBENT`); every key asked is kept."""
@@ -318,8 +323,7 @@ def test_a_duel_that_cannot_tell_its_candidates_apart_looks_again():
 def test_a_duel_whose_three_looks_still_hold_one_looks_again_and_the_later_looks_decide():
     """memory_bound's checkpointing read 1.00x of micro-batch 512 over three looks, the
     judge 0.82x: three looks that still hold 1 get more (up to six), and all of them pick."""
-    script = Script(duel=tight(0.97), duel2=tight(1.03), duel3=tight(0.99), duel4=tight(1.08), duel5=tight(1.07),
-                    duel6=tight(1.09), accept=[NOTHING])
+    script = Script(**in_turn("duel", (0.97, 1.03, 0.99, 1.08, 1.07, 1.09)), accept=[NOTHING])
     ctx, runner, state = setup(script)
     state = State(state.config, state.summary, state.verdict, False)  # the incumbent does not fit
     lucky = candidate(runner, {"memory.activation_checkpointing": True}, 112.0)
@@ -336,14 +340,10 @@ def started(trial: optuna.trial.FrozenTrial, seconds: float) -> optuna.trial.Fro
     return trial
 
 
-def undecided(*ratios: float) -> dict[str, list[float]]:
-    return {f"duel{i + 1 if i else ''}": tight(r) for i, r in enumerate(ratios)}
-
-
 def test_a_duel_too_close_to_call_keeps_the_candidate_that_is_clearly_quicker_to_start():
     """Two compile modes read within the least gain of each other over six looks: the one
     that compiles in 10 s wins over the one that takes 30 s, though its looks read 0.99x."""
-    script = Script(**undecided(0.97, 1.02, 0.98, 1.01, 0.99, 1.00), accept=[CLEAR], confirm=[CLEAR])
+    script = Script(**in_turn("duel", (0.97, 1.02, 0.98, 1.01, 0.99, 1.00)), accept=[CLEAR], confirm=[CLEAR])
     ctx, runner, state = setup(script)
     slow = started(candidate(runner, {"compile.mode": "max-autotune-no-cudagraphs"}, 112.0), 30.0)
     quick = started(candidate(runner, {"compile.mode": "default"}, 109.0), 10.0)
@@ -361,7 +361,7 @@ def test_a_duel_too_close_to_call_keeps_the_candidate_that_is_clearly_quicker_to
 def test_a_duel_that_reads_apart_or_starts_alike_keeps_the_faster_reading(ratios, seconds, quick_s):
     """Six looks that hold 1 but read the two a least gain apart, or two candidates that
     start within 1.5x or 5 s of each other: the looks' ratio picks."""
-    script = Script(**undecided(*ratios), accept=[CLEAR], confirm=[CLEAR])
+    script = Script(**in_turn("duel", ratios), accept=[CLEAR], confirm=[CLEAR])
     ctx, runner, state = setup(script)
     slow = started(candidate(runner, {"compile.mode": "max-autotune-no-cudagraphs"}, 112.0), seconds)
     quick = started(candidate(runner, {"compile.mode": "default"}, 109.0), quick_s)
@@ -511,7 +511,7 @@ def test_a_fake_session_offsets_all_its_windows_alike_and_each_session_its_own()
 
 def _looks_script(first: float, fresh: list[float]) -> Script:
     """The first comparison and the fresh looks, each in tight pairs (the spread is between looks)."""
-    return Script(accept=tight(first), **{f"confirm{i + 1 if i else ''}": tight(r) for i, r in enumerate(fresh)})
+    return Script(accept=tight(first), **in_turn("confirm", fresh))
 
 
 def test_a_gain_all_the_looks_show_but_five_fresh_ones_do_not_gets_more_looks_and_is_kept():

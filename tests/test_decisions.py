@@ -13,6 +13,7 @@ import pytest
 
 from autotune import machine
 from autotune.agent import Agent, Settings
+from autotune.context import Context
 from autotune.diagnose import diagnose
 from autotune.recipes import load_recipes
 from autotune.report.tables import noise_text
@@ -822,8 +823,6 @@ def test_a_knob_that_lost_most_of_the_noise_band_alone_is_left_out_of_the_knobs_
     one thread: within the band, but more likely a loss than a hidden gain. Prefetch 4 and
     persistent workers, which helped alone, are tried together without it (decode_bound's
     three together read 0.83x; its grid's best is the two without the default threads)."""
-    from autotune.context import Context
-
     monkeypatch.setattr(machine, "cores", lambda: 2)
     monkeypatch.setattr(Context, "band", property(lambda self: 1.5))
 
