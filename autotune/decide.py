@@ -37,7 +37,7 @@ from .record import Brief, Comparison, Ratio, Step, Summary
 from .search import fits, normalized, stored_summary
 from .stats import looks_ratio
 
-__all__ = ["CANDIDATES", "decide", "recheck"]
+__all__ = ["CANDIDATES", "decide", "duel", "recheck"]
 
 CANDIDATES = 3  # most of the search's candidates a round considers (those within the noise of the best are dueled)
 OFFERED = 2  # most candidates compared with the incumbent per round
@@ -116,10 +116,10 @@ def _playoff(ctx: Context, name: str, recipe: Recipe, close: list, deadline: flo
     for challenger in close[1:]:
         if lost and not _time_for(ctx, deadline, 2):
             break
-        duel = _duel(ctx, name, recipe, champion, challenger, deadline)
-        if duel is None:
+        out = duel(ctx, name, recipe, champion, challenger, deadline)
+        if out is None:
             continue
-        winner, ratio, looks, note = duel
+        winner, ratio, looks, note = out
         loser = challenger if winner is champion else champion
         champion = winner
         lost.append((loser, ratio, looks, note))
@@ -136,10 +136,10 @@ def _playoff(ctx: Context, name: str, recipe: Recipe, close: list, deadline: flo
                       f"each losing a duel side by side: {each}")
 
 
-def _duel(ctx: Context, name: str, recipe: Recipe, one, other,
+def duel(ctx: Context, name: str, recipe: Recipe, one, other,
           deadline: float | None) -> tuple[object, float, int, str] | None:
     """Two candidates side by side: the winner, the loser's ratio to it, the looks taken
-    and a note when the start times picked it (None when no look was measured).
+    and a note when the start times picked it (None when no look was measured: no time for one).
 
     While the looks cannot tell which is faster (their interval, `stats.looks_ratio` with
     the run's spread between looks, holds 1), another look is taken, up to `DUEL_LOOKS`:
@@ -157,6 +157,8 @@ def _duel(ctx: Context, name: str, recipe: Recipe, one, other,
     examples' compile rounds ended a 6-look duel of two compile modes at 0.96-1.00x, and
     the modes differ in how long they take to compile. Without the floor in seconds, 0.2 s
     against 0.0 s (compile modes from a warm cache, in-process) picked."""
+    if not _time_for(ctx, deadline, 2):
+        return None
     a, b = (TrainConfig().with_changes(t.user_attrs["config"]) for t in (one, other))
     tag = f"{digest(a.flat())}:{digest(b.flat())}"
     what = f"{recipe.name}: two of its best candidates against each other"

@@ -1,7 +1,8 @@
 """A numeric knob searched as an engineer climbs it: a geometric ladder from the current
 value (1, 2, 4, 8 workers; down from DDP's 25 MB buckets when up does not help), stopped
 once a rung is past the peak beyond the noise, then the values between the best rung's
-neighbours, then the recipe's other knobs from the best found. `rounds.play` uses it for a
+neighbours, then the recipe's other knobs from the best found (from the faster side by side,
+where rungs read within the noise of the best one). `rounds.play` uses it for a
 large space whose first knob is numeric; each stage is its own Optuna study and none
 measures the current config again (the run pools its readings).
 """
@@ -9,6 +10,8 @@ measures the current config again (the run pools its readings).
 from __future__ import annotations
 
 import math
+import statistics
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import optuna
@@ -17,6 +20,19 @@ from .config import TrainConfig
 from .context import key
 from .record import TrialState
 from .search import RecipeSearch, best_of, normalized
+
+
+RIVALS = 2  # most rungs compared side by side with the best one before the other knobs are tried
+
+
+@dataclass
+class Rungs:
+    """What the side-by-side comparison of the best rung with the rungs that read within
+    the noise of it settled: the configs that lost (no longer candidates of the round)
+    and the words that say so ("" when no comparison was measured)."""
+
+    beaten: set[str] = field(default_factory=set)
+    note: str = ""
 
 
 def ladder(values: list[int], start: float | None, down: bool = False) -> list[int]:
@@ -37,7 +53,8 @@ def ladder(values: list[int], start: float | None, down: bool = False) -> list[i
 
 def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: float, n: int,
            deadline: float | None, on_trial: Callable,
-           climb_with: tuple[str, list[Any]] | None = None) -> tuple[list[RecipeSearch], int, int]:
+           climb_with: tuple[str, list[Any]] | None = None,
+           duel: Callable[[Any, Any], tuple | None] | None = None) -> tuple[list[RecipeSearch], int, int, Rungs]:
     """A large space whose first knob is numeric (the recipe's main lever: loader workers,
     DDP bucket size), searched as an engineer would: that knob up a geometric ladder from
     the incumbent (down, when up does not help), stopping at the first rung after the first
@@ -56,7 +73,17 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     decides whether the lever helps at all (intra-op threads, which loader workers fight for
     the cores). A climb that holds its own is not repeated at the knob's other values: they
     are tried once each from its best rung, with the other knobs (decode_bound spent three
-    of its nine trials on a second climb after a lucky baseline reading)."""
+    of its nine trials on a second climb after a lucky baseline reading).
+
+    `duel` (`decide.duel`: two trials side by side, the winner first) settles which rung
+    the other knobs are tried from, when rungs read within the noise of the best one: the
+    best rung is the highest of several single readings, and the luckiest of them (the
+    winner's curse). decode_bound's ladder read 2 workers 2332, 3 workers 1964, 4 workers
+    1784; prefetch 4 and persistent workers were tried from 2, where they read 0.79x and
+    0.87x of that reading, and its grid's best (3 workers with both) was never measured.
+    In five runs its ladder's best rung was 2, 3 or 4 workers, and only the runs that went
+    on from 3 reached the grid's best. The winner's readings, side by side and alone,
+    pooled, are the bar the knobs changed alone are judged by."""
     lead = next(iter(space))
     inc = state.config.get(lead)
     here = inc if isinstance(inc, (int, float)) and not isinstance(inc, bool) else None
@@ -116,6 +143,36 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
             return state.config, est
         return TrainConfig().with_changes(top.user_attrs["config"]), top.value
 
+    def settle(start: TrainConfig, top: float, rungs: Rungs) -> tuple[TrainConfig, float]:
+        """The best rung against the rungs of its line (its other knobs as they are) that
+        read within the noise of it, in turn, the faster staying on: the winner and its
+        readings pooled (the trial's, and each side-by-side comparison's mean)."""
+        champion = measured(start, feasible=True)
+        if champion is None:
+            return start, top
+        line = (measured(normalized(start, {lead: v}), feasible=True) for v in values if v != start.get(lead))
+        rivals = sorted((t for t in line if t is not None and t.value >= top / ctx.band), key=lambda t: -t.value)
+        words = []
+        for rival in rivals[:RIVALS]:
+            out = duel(champion, rival)
+            if out is None:
+                continue
+            winner, ratio, looks, note = out
+            loser = rival if winner is champion else champion
+            rungs.beaten.add(key(loser.user_attrs["config"]))
+            over = f" over {looks} looks" if looks > 1 else ""
+            words.append(f"{lead}={loser.user_attrs['config'][lead]} read within the noise of "
+                         f"{lead}={winner.user_attrs['config'][lead]} and measured {ratio:.2f}x of it side by "
+                         f"side{over}{note}")
+            champion = winner
+        if not words:
+            return start, top
+        won = TrainConfig().with_changes(champion.user_attrs["config"])
+        rungs.note = f"; the other knobs were tried from {lead}={won.get(lead)}: " + "; ".join(words)
+        pooled = ([] if "reused_from" in champion.user_attrs else [champion.value]) + \
+            ctx.readings.get(key(won.flat()), [])
+        return won, statistics.fmean(pooled)
+
     with_key, with_values = climb_with if climb_with else (None, [state.config.get(lead)])
     for cv in with_values:  # the ladder, at each value of the deciding knob until one holds its own
         start = state.config if with_key is None else state.config.with_changes({with_key: cv})
@@ -136,6 +193,9 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         if between and left() > 0:
             stage(f"{lead}-between", {lead: between}, start, left())
     start, top = best(within_noise=True)
+    rungs = Rungs()
+    if duel is not None and start is not state.config:
+        start, top = settle(start, top, rungs)
     alone = [(k, v) for k, vs in space.items() if k != lead for v in vs if v != start.get(k)]
     for j, (k, v) in enumerate(alone):
         # Each other knob alone, from the best found; not again where a climb measured it (the
@@ -149,7 +209,7 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
             kept[k] = v
     if len(kept) > 1 and left() > 0 and measured(normalized(start, kept)) is None:
         stage("rest-together", {}, normalized(start, kept), 1)
-    return searches, ran, skipped
+    return searches, ran, skipped, rungs
 
 
 def ints(values: list[Any]) -> list[int]:

@@ -26,9 +26,9 @@ import optuna
 from . import fit, machine, probe
 from .config import TrainConfig
 from .context import Context, State, changes_text, digest, key
-from .decide import decide, recheck
+from .decide import decide, duel, recheck
 from .diagnose import COMPUTE_STAGES, clear_gain, diagnose, material
-from .ladder import ints, staged
+from .ladder import Rungs, ints, staged
 from .recipes import Recipe
 from .record import Bottleneck, Brief, Step
 from .search import (GRID_LIMIT, SLOW_CUT, RecipeSearch, best_of, normalized, reading, remember, stored_summary,
@@ -79,14 +79,15 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     look = min(n, SHORT_LOOK) if expected < clear_gain(ctx.margin) else n
     on_trial = lambda t: ctx.events.trial(trial_record(t))  # noqa: E731
     lead = next(iter(space), None)
-    probed, rechecked = None, {}
+    probed, rechecked, rungs = None, {}, Rungs()
     if est is not None and not recipe.each_knob_first and len(space) > 1 and len(ints(space[lead])) > 2 and \
             math.prod(len(v) for v in space.values()) > GRID_LIMIT:
         ctx.events.recipe(round_no, recipe.name, look)
         climb = next(((k.key, _climb_order(k.key, [v for v in k.choices if v in space[k.key]], state))
                       for k in recipe.knobs if k.climb_with and k.key in space and not isinstance(k.choices, str)),
                      None)
-        searches, ran, skipped = staged(ctx, name, space, state, est, look, deadline, on_trial, climb)
+        rivals = lambda one, other: duel(ctx, name, recipe, one, other, deadline)  # noqa: E731
+        searches, ran, skipped, rungs = staged(ctx, name, space, state, est, look, deadline, on_trial, climb, rivals)
     elif recipe.together:  # one config: the incumbent with every knob's value
         ctx.events.recipe(round_no, recipe.name, 1)
         together = normalized(state.config, {k: v[0] for k, v in space.items()})
@@ -150,7 +151,10 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
             ranked.append(t)
     if probed is not None:  # ruled out by its look; the band may have widened with that look's readings
         ranked = [t for t in ranked if key(t.user_attrs.get("config") or {}) != key(probed[0].user_attrs["config"])]
+    ranked = [t for t in ranked if key(t.user_attrs.get("config") or {}) not in rungs.beaten]  # lost side by side
     state = decide(ctx, name, recipe, step, state, ranked, deadline, rechecked)
+    if rungs.note:
+        step.reason = (step.reason or "") + rungs.note
     if probed is not None and not step.accepted:
         trial, look = probed
         side = (f" and {look.ratio:.2f}x [{look.low:.2f}, {look.high:.2f}] of it side by side" if look is not None and

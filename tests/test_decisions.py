@@ -844,6 +844,42 @@ def test_a_knob_that_lost_most_of_the_noise_band_alone_is_left_out_of_the_knobs_
     assert both and all(c["backend.num_threads"] == 1 for c in both), [t.changes for t in r.steps[0].trials]
 
 
+def test_a_lucky_rung_is_compared_side_by_side_with_the_rungs_within_noise_before_the_rest_is_tried_from_it(
+        tmp_path, monkeypatch):
+    """The ladder's best rung is the highest of several single readings. Here 2 workers'
+    one search reading is lucky (1.3x its speed), above 3 workers, the true peak, within the
+    noise band: the two are compared side by side, 3 workers win, and prefetch 4 and
+    persistent workers are tried from 3 (decode_bound's ladder read 2 workers 2332 and 3
+    workers 1964; its grid's best, 3 workers with both, was never measured)."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+    monkeypatch.setattr(Context, "band", property(lambda self: 1.4))
+    runner = None
+
+    def speed(c):
+        w = c.data.num_workers
+        base = {0: 100.0, 1: 130.0, 2: 180.0, 3: 200.0, 4: 150.0}.get(w, 120.0)
+        searched = sum(m.get("data.num_workers") == 2 for m in runner.measured)
+        compared = any(2 in (a.get("data.num_workers"), b.get("data.num_workers")) for a, b in runner.interleaved)
+        lucky = 1.3 if w == 2 and searched == 1 and not compared else 1.0  # its search trial's windows
+        prefetch = 1.1 if w and c.data.prefetch_factor == 4 else 1.0
+        return base * lucky * prefetch * (1.1 if w and c.data.persistent_workers else 1.0)
+
+    def stages(c):
+        data = 0.6 if speed(c) < 150 else 0.2
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
+
+    runner = FakeRunner(speed, noise=0.01, stages=stages)
+    r = run_agent(runner, tmp_path, only=("dataloader",))
+    step = r.steps[0]
+    assert [t.config["data.num_workers"] for t in step.trials][:4] == [1, 2, 4, 3]
+    assert step.trials[1].samples_per_s > step.trials[3].samples_per_s  # the lucky reading led the ladder
+    assert all(t.config["data.num_workers"] == 3 for t in step.trials[4:]), [t.changes for t in step.trials]
+    assert step.accepted, step.reason
+    assert r.final_config["data.num_workers"] == 3 and r.final_config["data.persistent_workers"], step.reason
+    assert r.final_config["data.prefetch_factor"] == 4
+    assert "the other knobs were tried from data.num_workers=3" in step.reason, step.reason
+
+
 def test_a_climb_that_holds_its_own_is_not_climbed_again_at_the_other_thread_count(tmp_path, monkeypatch):
     """Workers read level with the incumbent at one thread (within the noise: the side-by-side
     comparison decides) and lose at the default: the default's ladder is not climbed; the
