@@ -49,12 +49,13 @@ START_MIN_S = 5.0  # by at least this many seconds (a warm compile cache starts 
 
 
 def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ranked: list,
-           deadline: float | None, seen: dict[str, Comparison] | None = None) -> State:
+           deadline: float | None, seen: dict[str, Comparison] | None = None, note: str = "") -> State:
     """Compare the candidates the search could not tell from the incumbent, best first.
 
     `seen`: candidates (by config key) already compared with the incumbent side by side
     (`recheck`): each stands where that look puts it, not where its single reading did,
-    and the look is its first comparison."""
+    and the look is its first comparison. `note` ends the reason (how the search chose
+    where to go on from: `ladder.Rungs`)."""
     seen = seen or {}
     inc = key(state.config.flat())
     est = ctx.estimate(state.config) or state.summary.samples_per_s
@@ -72,7 +73,7 @@ def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ra
         step.reason = ("the time budget ran out before a trial could finish" if not step.trials else
                        "every trial was infeasible or failed" if not ranked else
                        "the current config is over the memory limit and no trial fit" if not state.feasible else
-                       "no trial came within the noise band of the current config in the search")
+                       "no trial came within the noise band of the current config in the search") + note
         return state
     chosen = ""
     close = [t for t in cands if value(t) >= value(cands[0]) / ctx.band]
@@ -92,8 +93,7 @@ def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ra
         first, looks = _settle(ctx, name, recipe, state, cand, searched, deadline, step.expected_gain,
                                seen.get(key(cand.flat())))
         _verdict(step, first, looks, state, summary, ctx, searched or best.value / state.summary.samples_per_s)
-        if chosen:  # the duel's winner, alone
-            step.reason += chosen
+        step.reason += chosen + note  # chosen: the duel's winner, alone
         ctx.events.decision(recipe.name, step.accepted, step.reason or "")
         if step.accepted:
             verdict = diagnose(summary, ctx.runner.device.type, ctx.constraints.memory_limit, previous=state.verdict)

@@ -152,9 +152,7 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     if probed is not None:  # ruled out by its look; the band may have widened with that look's readings
         ranked = [t for t in ranked if key(t.user_attrs.get("config") or {}) != key(probed[0].user_attrs["config"])]
     ranked = [t for t in ranked if key(t.user_attrs.get("config") or {}) not in rungs.beaten]  # lost side by side
-    state = decide(ctx, name, recipe, step, state, ranked, deadline, rechecked)
-    if rungs.note:
-        step.reason = (step.reason or "") + rungs.note
+    state = decide(ctx, name, recipe, step, state, ranked, deadline, rechecked, rungs.note)
     if probed is not None and not step.accepted:
         trial, look = probed
         side = (f" and {look.ratio:.2f}x [{look.low:.2f}, {look.high:.2f}] of it side by side" if look is not None and
