@@ -49,6 +49,22 @@ def test_a_recipes_latest_round_speaks_for_it_and_one_part_alone_is_not_stacked(
     assert stacked_recipe(steps, TrainConfig(), by_name(), MARGIN) is None
 
 
+def test_one_near_miss_is_measured_again_when_a_change_was_kept_after_its_round():
+    """overhead_bound: 1 thread read 1.00x [0.90, 1.10] before compile was kept (its grid's
+    best is 1 thread with compile); that comparison was against a config that is gone, so
+    the near-miss alone is measured once more from the current one. Kept before it, or
+    nothing kept since: decided already."""
+    threads = step("threads", {"backend.num_threads": 1}, 1.00, n=1)
+    kept_after = [threads, step("compile", {"compile.mode": "default"}, 1.07, accepted=True, n=2)]
+    r = stacked_recipe(kept_after, TrainConfig(), by_name(), MARGIN)
+    assert r is not None and r.together and {k.key: k.choices for k in r.knobs} == {"backend.num_threads": (1,)}
+    assert "after a later change was kept: threads (1.00x)" in r.summary
+    kept_before = [step("compile", {"compile.mode": "default"}, 1.07, accepted=True, n=1),
+                   step("threads", {"backend.num_threads": 1}, 1.00, n=2)]
+    assert stacked_recipe(kept_before, TrainConfig(), by_name(), MARGIN) is None
+    assert stacked_recipe([threads], TrainConfig(), by_name(), MARGIN) is None
+
+
 def test_a_part_that_read_just_under_one_with_an_interval_past_the_margin_is_stacked_one_ruled_out_is_not():
     """transformer_encoder: bf16 read 0.99x [0.89, 1.11] and fused 1.05x, each rejected;
     the two together are its grid's best. A part whose interval stays under the margin
