@@ -170,7 +170,7 @@ def stacked_recipe(steps: list[Step], config: TrainConfig, recipes: dict[str, Re
     One near-miss alone is measured again only where a change was kept after its round: its
     comparison was against a config that is gone. overhead_bound's 1 thread read 1.00x
     [0.93, 1.07] before compile was kept, and the run stopped at 0.80 of its grid's best (1
-    thread with compile); in the run before, 1 thread read 1.14x there, was revisited after
+    thread with compile; s20); in s19c, 1 thread read 1.14x there, was revisited after
     compile (`Attempts.may_try`: it had pointed up) and was kept at 1.25x."""
     latest: dict[str, Step] = {}
     for st in steps:
