@@ -77,7 +77,7 @@ def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ra
         return state
     chosen = ""
     close = [t for t in cands if value(t) >= value(cands[0]) / ctx.band]
-    if len(close) > 1 and _time_for(ctx, deadline, 2):
+    if len(close) > 1:  # each duel first checks there is time for it
         winner, chosen = _playoff(ctx, name, recipe, close, deadline)
         if chosen:  # the others measured no faster than it: no second chance against the incumbent
             cands = [winner]
@@ -114,8 +114,6 @@ def _playoff(ctx: Context, name: str, recipe: Recipe, close: list, deadline: flo
     note naming the ones it was offered before ("" when no duel was measured)."""
     champion, lost = close[0], []
     for challenger in close[1:]:
-        if lost and not _time_for(ctx, deadline, 2):
-            break
         out = duel(ctx, name, recipe, champion, challenger, deadline)
         if out is None:
             continue
