@@ -33,6 +33,7 @@ class Rungs:
 
     beaten: set[str] = field(default_factory=set)
     note: str = ""
+    close: list[tuple[Any, float]] = field(default_factory=list)  # each loser's rung and its ratio to its rival
 
 
 def ladder(values: list[int], start: float | None, down: bool = False) -> list[int]:
@@ -83,7 +84,9 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     0.87x of that reading, and its grid's best (3 workers with both) was never measured.
     In five runs its ladder's best rung was 2, 3 or 4 workers, and only the runs that went
     on from 3 reached the grid's best. The winner's readings, side by side and alone,
-    pooled, are the bar the knobs changed alone are judged by."""
+    pooled, are the bar the knobs changed alone are judged by. Where fewer than two knobs
+    are kept, the trial a together config would have taken goes to the nearest
+    alternative of the best found (`_nearest`)."""
     lead = next(iter(space))
     inc = state.config.get(lead)
     here = inc if isinstance(inc, (int, float)) and not isinstance(inc, bool) else None
@@ -160,6 +163,7 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
             winner, ratio, looks, note = out
             loser = rival if winner is champion else champion
             rungs.beaten.add(key(loser.user_attrs["config"]))
+            rungs.close.append((loser.user_attrs["config"][lead], ratio))
             over = f" over {looks} looks" if looks > 1 else ""
             words.append(f"{lead}={loser.user_attrs['config'][lead]} read within the noise of "
                          f"{lead}={winner.user_attrs['config'][lead]} and measured {ratio:.2f}x of it side by "
@@ -207,9 +211,38 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         b = measured(normalized(start, {k: v}), feasible=True)
         if b is not None and b.value >= top / math.sqrt(ctx.band):  # lost less than half the noise band
             kept[k] = v
-    if len(kept) > 1 and left() > 0 and measured(normalized(start, kept)) is None:
-        stage("rest-together", {}, normalized(start, kept), 1)
+    if len(kept) > 1:
+        if left() > 0 and measured(normalized(start, kept)) is None:
+            stage("rest-together", {}, normalized(start, kept), 1)
+    else:  # the trial the together config would have taken: the nearest alternative of the best found
+        near = _nearest(start, normalized(start, kept), lead, rungs, ctx.margin,
+                        [(b.value, k, v) for k, v in alone if k not in kept
+                         and (b := measured(normalized(start, {k: v}), feasible=True)) is not None])
+        if near is not None and left() > 0 and measured(near) is None and key(near.flat()) != key(state.config.flat()):
+            stage("rest-nearest", {}, near, 1)
     return searches, ran, skipped, rungs
+
+
+def _nearest(start: TrainConfig, found: TrainConfig, lead: str, rungs: Rungs, margin: float,
+             left_out: list[tuple[float, str, Any]]) -> TrainConfig | None:
+    """Where the trial goes that no together config took (fewer than two knobs kept): the
+    nearest alternative of the best found (`found`: the rung with the knob kept, if any),
+    measured once for the side-by-side decision. The best found at the rung whose
+    side-by-side comparison with the winner read within the margin of it, where there is
+    one: the rungs could not be told apart on their own, and the other knobs act on them
+    differently (decode_bound's prefetch 4 helps at 3 workers and not at 2; its ladder went
+    on from 2 after a 6-look comparison read 3 workers 0.97x of it, and ended at 0.91 of the
+    grid's best with trials unused). Else the best found with the left-out change whose
+    single reading was the highest (one reading is one sample: decode_bound's persistent
+    workers read 0.71x alone once, 1.04-1.19x in the runs before, and the run ended without
+    them at 0.95)."""
+    near = [v for v, r in sorted(rungs.close, key=lambda p: -p[1]) if r >= 1 / margin and v != start.get(lead)]
+    if near:
+        return normalized(found, {lead: near[0]})
+    if left_out:
+        _, k, v = max(left_out, key=lambda p: p[0])
+        return normalized(found, {k: v})
+    return None
 
 
 def ints(values: list[Any]) -> list[int]:

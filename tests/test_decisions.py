@@ -880,6 +880,71 @@ def test_a_lucky_rung_is_compared_side_by_side_with_the_rungs_within_noise_befor
     assert "the other knobs were tried from data.num_workers=3" in step.reason, step.reason
 
 
+def _loader_stages(speed):
+    def stages(c):
+        data = 0.6 if speed(c) < 150 else 0.2
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
+    return stages
+
+
+def test_the_runner_up_rung_is_tried_with_the_knob_kept_when_no_together_config_took_the_trial(
+        tmp_path, monkeypatch):
+    """2 workers beat 3 side by side by 2% (within the margin: the rungs cannot be told apart
+    on their own) and the other knobs are tried from 2, where persistent workers change
+    nothing and prefetch 4 loses; at 3 workers persistent workers gain 30%. The trial no
+    together config took goes to the best found at the runner-up rung, and 3 persistent
+    workers are kept (decode_bound's ladder went on from 2 after 3 read 0.97x of it over 6
+    looks, and ended at 0.91 of its grid's best, 3 persistent workers, with trials unused)."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+    monkeypatch.setattr(Context, "band", property(lambda self: 1.4))
+
+    def speed(c):
+        w = c.data.num_workers
+        base = {0: 100.0, 1: 130.0, 2: 200.0, 3: 196.0, 4: 140.0}.get(w, 120.0)
+        prefetch = 0.7 if w == 2 and c.data.prefetch_factor == 4 else 1.0
+        persist = 1.3 if w == 3 and c.data.persistent_workers else 1.0
+        return base * prefetch * persist * (0.75 if w and c.backend.num_threads is None else 1.0)
+
+    r = run_agent(FakeRunner(speed, noise=0.01, stages=_loader_stages(speed)), tmp_path, only=("dataloader",))
+    step = r.steps[0]
+    assert [t.config["data.num_workers"] for t in step.trials][:4] == [1, 2, 4, 3]
+    assert step.trials[-1].config["data.num_workers"] == 3 and step.trials[-1].config["data.persistent_workers"]
+    assert step.accepted, step.reason
+    assert r.final_config["data.num_workers"] == 3 and r.final_config["data.persistent_workers"], step.reason
+    assert len(step.trials) <= 8, [t.changes for t in step.trials]
+
+
+def test_a_change_whose_one_reading_was_unlucky_is_tried_with_the_knob_kept(tmp_path, monkeypatch):
+    """3 workers are the clear peak; from it prefetch 4 gains 10% and persistent workers 15%,
+    but persistent workers' one search reading falls in a burst (0.7x): only prefetch 4 is
+    kept, and the trial no together config took goes to prefetch 4 with persistent workers,
+    the left-out change that read highest (decode_bound's persistent workers read 0.71x alone
+    once, and its run ended without them at 0.95 of its grid's best)."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+    monkeypatch.setattr(Context, "band", property(lambda self: 1.4))
+    runner = None
+
+    def speed(c):
+        w = c.data.num_workers
+        base = {0: 100.0, 1: 120.0, 2: 130.0, 3: 200.0, 4: 130.0}.get(w, 110.0)
+        persist = w and c.data.persistent_workers
+        alone = persist and c.data.prefetch_factor == 2
+        searched = sum(bool(m.get("data.persistent_workers")) and m.get("data.prefetch_factor") == 2
+                       for m in runner.measured)
+        compared = any(a.get("data.persistent_workers") or b.get("data.persistent_workers")
+                       for a, b in runner.interleaved)
+        burst = 0.7 if alone and searched == 1 and not compared else 1.0
+        return (base * (1.1 if w and c.data.prefetch_factor == 4 else 1.0) * (1.15 if persist else 1.0) * burst
+                * (0.75 if w and c.backend.num_threads is None else 1.0))
+
+    runner = FakeRunner(speed, noise=0.01, stages=_loader_stages(speed))
+    r = run_agent(runner, tmp_path, only=("dataloader",))
+    step = r.steps[0]
+    assert step.accepted, step.reason
+    assert r.final_config["data.num_workers"] == 3 and r.final_config["data.prefetch_factor"] == 4
+    assert r.final_config["data.persistent_workers"], [(t.changes, t.samples_per_s) for t in step.trials]
+
+
 def test_a_climb_that_holds_its_own_is_not_climbed_again_at_the_other_thread_count(tmp_path, monkeypatch):
     """Workers read level with the incumbent at one thread (within the noise: the side-by-side
     comparison decides) and lose at the default: the default's ladder is not climbed; the
@@ -919,6 +984,32 @@ def test_a_gain_inside_the_noise_is_measured_again_once_another_change_is_kept(t
                   only=("threads", "optimizer-impl"))
     assert [(s.recipe, s.accepted) for s in r.steps] == [("threads", False), ("optimizer-impl", True),
                                                           ("threads", True)], [(s.recipe, s.reason) for s in r.steps]
+    assert r.final_config["backend.num_threads"] == 1 and r.final_config["optimizer.impl"] == "fused"
+
+
+def test_a_near_miss_of_a_large_space_is_revisited_as_itself_not_searched_again(tmp_path, monkeypatch):
+    """The loader's round finds no worker count that helps; its best, 1 thread, reads 2%
+    faster (inside the margin: rejected). Once the fused optimizer is kept, 1 thread gains
+    30%: the loader's revisit measures its near-miss from the new config, one trial, and
+    keeps it (resnet_jpeg's loader revisits climbed 5 trials again to end at the same
+    1 thread, and took its run past a quarter of its grid's trials)."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+
+    def speed(c):
+        fused = c.optimizer.impl == "fused"
+        one = c.backend.num_threads == 1
+        workers = 0.8 if c.data.num_workers else 1.0
+        return 100.0 * (1.8 if fused else 1.0) * ((1.3 if fused else 1.02) if one else 1.0) * workers
+
+    stages = {"data": 0.3, "forward": 0.3, "backward": 0.3, "optimizer": 0.1}
+    r = run_agent(FakeRunner(speed, noise=0.002, stages=lambda c: stages), tmp_path,
+                  only=("dataloader", "optimizer-impl"))
+    loader = [s for s in r.steps if s.recipe == "dataloader"]
+    assert [(s.recipe, s.accepted) for s in r.steps][:3] == [("dataloader", False), ("optimizer-impl", True),
+                                                             ("dataloader", True)], \
+        [(s.recipe, s.reason) for s in r.steps]
+    assert loader[0].changes == {"backend.num_threads": [None, 1]}, loader[0].reason
+    assert len(loader[1].trials) == 1 and "its near-miss (backend.num_threads=1)" in loader[1].reason
     assert r.final_config["backend.num_threads"] == 1 and r.final_config["optimizer.impl"] == "fused"
 
 
