@@ -259,7 +259,8 @@ class Agent:
             ctx.live = []
             try:
                 out = play(ctx, len(r.steps) + 1, recipe, target, expected, state, s.trials - r.budget.trials_used,
-                           deadline - reserve if deadline else None, revisit=attempts.times(recipe.name) > 0)
+                           deadline - reserve if deadline else None, revisit=attempts.times(recipe.name) > 0,
+                           near=attempts.near_miss(recipe, state.verdict))
             except BaseException:  # interrupted or failed mid-round: what it measured stays in the report
                 self._partial(ctx, recipe, target, state)
                 raise

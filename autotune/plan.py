@@ -48,6 +48,7 @@ class Attempts:
     shares: dict[str, list[dict[Bottleneck, float]]] = field(default_factory=dict)
     kept: int = 0  # accepted steps so far
     inconclusive: dict[str, int] = field(default_factory=dict)  # recipe -> `kept` when its gain fell short
+    near: dict[str, dict[str, Any]] = field(default_factory=dict)  # recipe -> the changes that fell short
 
     def record(self, recipe: Recipe, verdict: Verdict, step: Step | None = None) -> None:
         self.shares.setdefault(recipe.name, []).append({w.cls: w.share for w in verdict.wastes})
@@ -55,6 +56,7 @@ class Attempts:
             self.kept += 1
         elif step is not None and step.speedup is not None and step.speedup.ratio > 1.0:
             self.inconclusive[recipe.name] = self.kept  # measured faster, not surely: changes interact
+            self.near[recipe.name] = {k: v[1] for k, v in (step.changes or {}).items()}
 
     def times(self, name: str) -> int:
         return len(self.shares.get(name, []))
@@ -69,8 +71,20 @@ class Attempts:
             return True
         if len(past) > 1:
             return False
-        if self.kept > self.inconclusive.get(recipe.name, self.kept):
-            return True
+        return self.kept > self.inconclusive.get(recipe.name, self.kept) or self._grown(recipe, verdict)
+
+    def near_miss(self, recipe: Recipe, verdict: Verdict) -> dict[str, Any] | None:
+        """The changes a revisit is for, when it is for a near-miss alone (its gain fell
+        inside the noise and a change was kept since, and no target's share has grown):
+        what `rounds.play` measures again from the current config instead of a new search."""
+        if self.times(recipe.name) != 1 or self._grown(recipe, verdict) or \
+                not self.kept > self.inconclusive.get(recipe.name, self.kept):
+            return None
+        return self.near.get(recipe.name) or None
+
+    def _grown(self, recipe: Recipe, verdict: Verdict) -> bool:
+        """Whether a target's share has grown materially from what the recipe's round left."""
+        past = self.shares.get(recipe.name) or [{}]
         for w in verdict.wastes:
             before = past[0].get(w.cls, 0.0)
             if w.cls in recipe.targets and w.cls is not Bottleneck.COMPUTE and \

@@ -28,6 +28,7 @@ from .config import TrainConfig
 from .context import Context, State, changes_text, digest, key
 from .decide import decide, duel, recheck
 from .diagnose import COMPUTE_STAGES, clear_gain, diagnose, material
+from .errors import ConfigError
 from .ladder import Rungs, ints, staged
 from .recipes import Recipe
 from .record import Bottleneck, Brief, Step
@@ -51,15 +52,24 @@ class Outcome:
 
 
 def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expected: float, state: State,
-         trials_left: int, deadline: float | None, revisit: bool = False) -> Outcome:
+         trials_left: int, deadline: float | None, revisit: bool = False,
+         near: dict[str, Any] | None = None) -> Outcome:
     """Search `recipe` from `state`, compare its candidates, accept at most one.
 
     A revisit (the recipe's class became the step's cost again after another change) gets
     half the recipe's trials, at least `REVISIT_TRIALS`: its first search already ranked
-    the space, and the change that moved the step is what a second look can find. A recipe
-    whose prior gain is under twice the margin's gets `SHORT_LOOK` trials (what it could
-    find, the comparisons could barely confirm), and the rest of its trials only when one of
-    those reads a gain beyond the noise band."""
+    the space, and the change that moved the step is what a second look can find. A
+    revisit for a near-miss alone (`near`: the changes its first round compared, which read
+    faster without showing it, `plan.Attempts.near_miss`) measures those changes from the
+    current config, one trial, where its space is larger than a revisit's trials: the
+    hypothesis is that the change kept since lets the near-miss pay, not that a new search
+    finds something else (resnet_jpeg's loader revisits climbed 5 trials after
+    channels_last to end at the same 1 thread, 0.87-0.89x, and took it past a quarter of
+    its grid's trials).
+
+    A recipe whose prior gain is under twice the margin's gets `SHORT_LOOK` trials (what it
+    could find, the comparisons could barely confirm), and the rest of its trials only when
+    one of those reads a gain beyond the noise band."""
     runner = ctx.runner
     # The incumbent is part of the round's identity: a resumed run that reaches this round
     # from another config searches a study of its own (Optuna's spaces cannot change).
@@ -80,7 +90,14 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     on_trial = lambda t: ctx.events.trial(trial_record(t))  # noqa: E731
     lead = next(iter(space), None)
     probed, rechecked, rungs = None, {}, Rungs()
-    if est is not None and not recipe.each_knob_first and len(space) > 1 and len(ints(space[lead])) > 2 and \
+    again = _again(state, near, space, n) if revisit and near and est is not None else None
+    if again is not None:
+        ctx.events.recipe(round_no, recipe.name, 1)
+        searches, ran, skipped = _one(ctx, name, again, state, deadline, on_trial)
+        rungs.note = (f"; a revisit after a later change was kept: its near-miss "
+                      f"({', '.join(f'{k}={v}' for k, v in near.items())}) measured again from the current config, "
+                      f"not its whole space")
+    elif est is not None and not recipe.each_knob_first and len(space) > 1 and len(ints(space[lead])) > 2 and \
             math.prod(len(v) for v in space.values()) > GRID_LIMIT:
         ctx.events.recipe(round_no, recipe.name, look)
         climb = next(((k.key, _climb_order(k.key, [v for v in k.choices if v in space[k.key]], state))
@@ -90,12 +107,8 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
         searches, ran, skipped, rungs = staged(ctx, name, space, state, est, look, deadline, on_trial, climb, rivals)
     elif recipe.together:  # one config: the incumbent with every knob's value
         ctx.events.recipe(round_no, recipe.name, 1)
-        together = normalized(state.config, {k: v[0] for k, v in space.items()})
-        search = RecipeSearch(ctx.storage, name, {}, together, runner, ctx.constraints, ctx.seed, pool=ctx.pool,
-                              changes_from=state.config, earlier=ctx.earlier)
-        ctx.live.append(search)
-        searches, ran = [search], search.run(1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
-        skipped = search.skipped
+        searches, ran, skipped = _one(ctx, name, normalized(state.config, {k: v[0] for k, v in space.items()}),
+                                      state, deadline, on_trial)
     elif target is Bottleneck.MEMORY and fit.applies(space, state, ctx.constraints.memory_limit):
         ctx.events.recipe(round_no, recipe.name, n)
         searches, ran, skipped = fit.search(ctx, name, space, state, n, deadline, on_trial)
@@ -161,6 +174,28 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
                        f"current config's pooled estimate, below the noise band (1/{ctx.band:.2f}){side}: the rest of "
                        f"its space was not searched")
     return Outcome(step, state, ran, skipped)
+
+
+def _again(state: State, near: dict[str, Any], space: dict[str, list], n: int) -> TrainConfig | None:
+    """The near-miss's changes from the current config; None where nothing of it is left to
+    try, it no longer fits the config, or the revisit's trials cover the space anyway."""
+    if math.prod(len(v) for v in space.values()) <= n:
+        return None
+    try:
+        again = normalized(state.config, near)
+    except ConfigError:
+        return None
+    return None if key(again.flat()) == key(state.config.flat()) else again
+
+
+def _one(ctx: Context, name: str, config: TrainConfig, state: State, deadline: float | None,
+         on_trial: Any) -> tuple[list[RecipeSearch], int, int]:
+    """One config measured as the round's only trial (its changes counted from `state`'s)."""
+    search = RecipeSearch(ctx.storage, name, {}, config, ctx.runner, ctx.constraints, ctx.seed, pool=ctx.pool,
+                          changes_from=state.config, earlier=ctx.earlier)
+    ctx.live.append(search)
+    ran = search.run(1, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
+    return [search], ran, search.skipped
 
 
 def _recheck(ctx: Context, name: str, recipe: Recipe, state: State, trial: optuna.trial.FrozenTrial,
