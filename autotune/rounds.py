@@ -89,14 +89,14 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     look = min(n, SHORT_LOOK) if expected < clear_gain(ctx.margin) else n
     on_trial = lambda t: ctx.events.trial(trial_record(t))  # noqa: E731
     lead = next(iter(space), None)
-    probed, rechecked, rungs = None, {}, Rungs()
+    probed, rechecked, rungs, said = None, {}, Rungs(), ""
     again = _again(state, near, space, n) if revisit and near and est is not None else None
     if again is not None:
         ctx.events.recipe(round_no, recipe.name, 1)
         searches, ran, skipped = _one(ctx, name, again, state, deadline, on_trial)
-        rungs.note = (f"; a revisit after a later change was kept: its near-miss "
-                      f"({', '.join(f'{k}={v}' for k, v in near.items())}) measured again from the current config, "
-                      f"not its whole space")
+        said = (f"; a revisit after a later change was kept: its near-miss "
+                f"({', '.join(f'{k}={v}' for k, v in near.items())}) measured again from the current config, "
+                f"not its whole space")
     elif est is not None and not recipe.each_knob_first and len(space) > 1 and len(ints(space[lead])) > 2 and \
             math.prod(len(v) for v in space.values()) > GRID_LIMIT:
         ctx.events.recipe(round_no, recipe.name, look)
@@ -165,7 +165,7 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     if probed is not None:  # ruled out by its look; the band may have widened with that look's readings
         ranked = [t for t in ranked if key(t.user_attrs.get("config") or {}) != key(probed[0].user_attrs["config"])]
     ranked = [t for t in ranked if key(t.user_attrs.get("config") or {}) not in rungs.beaten]  # lost side by side
-    state = decide(ctx, name, recipe, step, state, ranked, deadline, rechecked, rungs.note)
+    state = decide(ctx, name, recipe, step, state, ranked, deadline, rechecked, rungs.note + said)
     if probed is not None and not step.accepted:
         trial, look = probed
         side = (f" and {look.ratio:.2f}x [{look.low:.2f}, {look.high:.2f}] of it side by side" if look is not None and
