@@ -844,6 +844,14 @@ def test_a_knob_that_lost_most_of_the_noise_band_alone_is_left_out_of_the_knobs_
     assert both and all(c["backend.num_threads"] == 1 for c in both), [t.changes for t in r.steps[0].trials]
 
 
+def _loader_stages(speed):
+    """Stage shares of a loader-bound step: the data wait large while the step is slow."""
+    def stages(c):
+        data = 0.6 if speed(c) < 150 else 0.2
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
+    return stages
+
+
 def test_a_lucky_rung_is_compared_side_by_side_with_the_rungs_within_noise_before_the_rest_is_tried_from_it(
         tmp_path, monkeypatch):
     """The ladder's best rung is the highest of several single readings. Here 2 workers'
@@ -864,11 +872,7 @@ def test_a_lucky_rung_is_compared_side_by_side_with_the_rungs_within_noise_befor
         prefetch = 1.1 if w and c.data.prefetch_factor == 4 else 1.0
         return base * lucky * prefetch * (1.1 if w and c.data.persistent_workers else 1.0)
 
-    def stages(c):
-        data = 0.6 if speed(c) < 150 else 0.2
-        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
-
-    runner = FakeRunner(speed, noise=0.01, stages=stages)
+    runner = FakeRunner(speed, noise=0.01, stages=_loader_stages(speed))
     r = run_agent(runner, tmp_path, only=("dataloader",))
     step = r.steps[0]
     assert [t.config["data.num_workers"] for t in step.trials][:4] == [1, 2, 4, 3]
@@ -878,13 +882,6 @@ def test_a_lucky_rung_is_compared_side_by_side_with_the_rungs_within_noise_befor
     assert r.final_config["data.num_workers"] == 3 and r.final_config["data.persistent_workers"], step.reason
     assert r.final_config["data.prefetch_factor"] == 4
     assert "the other knobs were tried from data.num_workers=3" in step.reason, step.reason
-
-
-def _loader_stages(speed):
-    def stages(c):
-        data = 0.6 if speed(c) < 150 else 0.2
-        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
-    return stages
 
 
 def test_the_runner_up_rung_is_tried_with_the_knob_kept_when_no_together_config_took_the_trial(
