@@ -372,7 +372,7 @@ def test_a_duel_that_reads_apart_or_starts_alike_keeps_the_faster_reading(ratios
 
 def test_a_duel_that_cannot_tell_two_modes_apart_keeps_the_one_the_recipe_lists_first():
     """overhead_bound's compile round kept max-autotune where six looks read default 0.96x
-    of it, holding 1 (the judge: 0.94 of the grid's best, in default mode). Undecided
+    of it, holding 1 (the judge: 0.91 and 0.94 of the grid's best, in default mode). Undecided
     looks do not show the other mode's gain: the recipe's first choice stays."""
     script = Script(**in_turn("duel", (1.02, 0.92, 1.01, 0.93, 0.99, 0.94)), accept=[CLEAR], confirm=[CLEAR])
     ctx, runner, state = setup(script)
