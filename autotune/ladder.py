@@ -73,8 +73,9 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     its values in turn until a climb reads within the noise of the incumbent: the knob that
     decides whether the lever helps at all (intra-op threads, which loader workers fight for
     the cores). A climb that holds its own is not repeated at the knob's other values: they
-    are tried once each from its best rung, with the other knobs (decode_bound spent three
-    of its nine trials on a second climb after a lucky baseline reading).
+    are tried once each from its best rung, after the other knobs, what those make together
+    and the nearest alternative, where trials are spare (decode_bound spent three of its nine
+    trials on a second climb after a lucky baseline reading).
 
     `duel` (`decide.duel`: two trials side by side, the winner first) settles which rung
     the other knobs are tried from, when rungs read within the noise of the best one: the
@@ -84,9 +85,9 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     0.87x of that reading, and its grid's best (3 workers with both) was never measured.
     In five runs its ladder's best rung was 2, 3 or 4 workers, and only the runs that went
     on from 3 reached the grid's best. The winner's readings, side by side and alone,
-    pooled, are the bar the knobs changed alone are judged by. Where fewer than two knobs
-    are kept, the trial a together config would have taken goes to the nearest
-    alternative of the best found (`_nearest`)."""
+    pooled, are the bar the knobs changed alone are judged by. The nearest alternative of
+    the best found (`_nearest`) takes the trial a together config would have taken, where
+    fewer than two knobs are kept, or the next one: the runner-up rung with the kept knobs."""
     lead = next(iter(space))
     inc = state.config.get(lead)
     here = inc if isinstance(inc, (int, float)) and not isinstance(inc, bool) else None
@@ -178,13 +179,14 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         return won, statistics.fmean(pooled)
 
     with_key, with_values = climb_with if climb_with else (None, [state.config.get(lead)])
+    held = None  # the deciding knob's value whose climb held its own
     for cv in with_values:  # the ladder, at each value of the deciding knob until one holds its own
         start = state.config if with_key is None else state.config.with_changes({with_key: cv})
         if up and left() > 0:
             stage(lead if with_key is None else f"{lead}-{cv}", {lead: up}, start, left(), one_by_one=True)
         if best(within_noise=True)[0] is not state.config:
-            break  # a rung read within the noise of the incumbent: the side-by-side comparison decides,
-            # and the knob's other values are tried once from that rung with the other knobs below
+            held = cv  # a rung read within the noise of the incumbent: the side-by-side comparison decides,
+            break  # and the knob's other values are tried once from that rung, after the other knobs
     if down and best()[0].get(lead) == inc and left() > 0:  # up did not help: the other way
         stage(f"{lead}-down", {lead: down}, state.config, left(), one_by_one=True)
     start, _ = best(within_noise=True)
@@ -201,25 +203,42 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     if duel is not None and start is not state.config:
         start, top = settle(start, top, rungs)
     alone = [(k, v) for k, vs in space.items() if k != lead for v in vs if v != start.get(k)]
-    for j, (k, v) in enumerate(alone):
-        # Each other knob alone, from the best found; not again where a climb measured it (the
-        # deciding knob's other value at a rung both climbs reached).
-        if measured(normalized(start, {k: v})) is None and left() > 0:
-            stage(f"rest-{j}", {k: [v]}, start, 1)
-    kept: dict[str, Any] = {}
-    for k, v in alone:
-        b = measured(normalized(start, {k: v}), feasible=True)
-        if b is not None and b.value >= top / math.sqrt(ctx.band):  # lost less than half the noise band
-            kept[k] = v
-    if len(kept) > 1:
-        if left() > 0 and measured(normalized(start, kept)) is None:
-            stage("rest-together", {}, normalized(start, kept), 1)
-    else:  # the trial the together config would have taken: the nearest alternative of the best found
-        near = _nearest(start, normalized(start, kept), lead, rungs, ctx.margin,
-                        [(b.value, k, v) for k, v in alone if k not in kept
-                         and (b := measured(normalized(start, {k: v}), feasible=True)) is not None])
-        if near is not None and left() > 0 and measured(near) is None and key(near.flat()) != key(state.config.flat()):
-            stage("rest-nearest", {}, near, 1)
+    # The deciding knob's other values, where its climb held its own at the best rung's value,
+    # come after the other knobs and what they make together: trials spare (decode_bound's
+    # default threads read 0.53-0.76x of one thread at its best rung in six runs, and took the
+    # trial its runner-up rung with the knobs kept needed).
+    later = {i for i, (k, _) in enumerate(alone) if held is not None and k == with_key and start.get(k) == held}
+
+    def each_alone(which: set[int]) -> None:
+        for j, (k, v) in enumerate(alone):
+            # Each other knob alone, from the best found; not again where a climb measured it (the
+            # deciding knob's other value at a rung both climbs reached).
+            if j in which and measured(normalized(start, {k: v})) is None and left() > 0:
+                stage(f"rest-{j}", {k: [v]}, start, 1)
+
+    def kept() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in alone:
+            b = measured(normalized(start, {k: v}), feasible=True)
+            if b is not None and b.value >= top / math.sqrt(ctx.band):  # lost less than half the noise band
+                out[k] = v
+        return out
+
+    each_alone(set(range(len(alone))) - later)
+    first = kept()
+    if len(first) > 1 and left() > 0 and measured(normalized(start, first)) is None:
+        stage("rest-together", {}, normalized(start, first), 1)
+    # The trial no together config took, or one spare after it: the nearest alternative of the best found.
+    near = _nearest(start, normalized(start, first), lead, rungs, ctx.margin,
+                    [] if len(first) > 1 else
+                    [(b.value, k, v) for k, v in alone if k not in first
+                     and (b := measured(normalized(start, {k: v}), feasible=True)) is not None])
+    if near is not None and left() > 0 and measured(near) is None and key(near.flat()) != key(state.config.flat()):
+        stage("rest-nearest", {}, near, 1)
+    each_alone(later)
+    every = kept()
+    if len(every) > len(first) > 0 and left() > 0 and measured(normalized(start, every)) is None:
+        stage("rest-together-all", {}, normalized(start, every), 1)
     return searches, ran, skipped, rungs
 
 
