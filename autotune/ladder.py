@@ -18,8 +18,8 @@ import optuna
 
 from .config import TrainConfig
 from .context import key
-from .record import TrialState
-from .search import RecipeSearch, best_of, normalized
+from .record import Summary, TrialState
+from .search import RecipeSearch, best_of, normalized, stored_summary
 
 
 RIVALS = 2  # most rungs compared side by side with the best one before the other knobs are tried
@@ -55,7 +55,8 @@ def ladder(values: list[int], start: float | None, down: bool = False) -> list[i
 def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: float, n: int,
            deadline: float | None, on_trial: Callable,
            climb_with: tuple[str, list[Any]] | None = None,
-           duel: Callable[[Any, Any], tuple | None] | None = None) -> tuple[list[RecipeSearch], int, int, Rungs]:
+           duel: Callable[[Any, Any], tuple | None] | None = None,
+           order: Callable[[Summary], list[Any]] | None = None) -> tuple[list[RecipeSearch], int, int, Rungs]:
     """A large space whose first knob is numeric (the recipe's main lever: loader workers,
     DDP bucket size), searched as an engineer would: that knob up a geometric ladder from
     the incumbent (down, when up does not help), stopping at the first rung after the first
@@ -72,10 +73,14 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     `climb_with` (a knob and its values, most promising first) climbs the ladder at each of
     its values in turn until a climb reads within the noise of the incumbent: the knob that
     decides whether the lever helps at all (intra-op threads, which loader workers fight for
-    the cores). A climb that holds its own is not repeated at the knob's other values: they
-    are tried once each from its best rung, after the other knobs, what those make together
-    and the nearest alternative, where trials are spare (decode_bound spent three of its nine
-    trials on a second climb after a lucky baseline reading).
+    the cores). A climb that holds its own is not repeated at the knob's other values
+    (decode_bound spent three of its nine trials on a second climb after a lucky baseline
+    reading): they are tried once each from its best rung, after the other knobs, what those
+    make together and the nearest alternative, and only where `order` (the climb's order,
+    from a measured step) no longer puts the held value first on the best rung's own
+    measurement: decode_bound's step at 3 workers still waits for data 86% of the time on
+    one thread, its default threads read 0.46-0.88x of one thread at the best rung in nine
+    runs, and that trial was the one its runner-up rung with the kept knobs needed.
 
     `duel` (`decide.duel`: two trials side by side, the winner first) settles which rung
     the other knobs are tried from, when rungs read within the noise of the best one: the
@@ -179,13 +184,13 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         return won, statistics.fmean(pooled)
 
     with_key, with_values = climb_with if climb_with else (None, [state.config.get(lead)])
-    held = None  # the deciding knob's value whose climb held its own
+    held: tuple[Any] | None = None  # (the deciding knob's value whose climb held its own,)
     for cv in with_values:  # the ladder, at each value of the deciding knob until one holds its own
         start = state.config if with_key is None else state.config.with_changes({with_key: cv})
         if up and left() > 0:
             stage(lead if with_key is None else f"{lead}-{cv}", {lead: up}, start, left(), one_by_one=True)
         if best(within_noise=True)[0] is not state.config:
-            held = cv  # a rung read within the noise of the incumbent: the side-by-side comparison decides,
+            held = (cv,)  # a rung read within the noise of the incumbent: the side-by-side comparison decides,
             break  # and the knob's other values are tried once from that rung, after the other knobs
     if down and best()[0].get(lead) == inc and left() > 0:  # up did not help: the other way
         stage(f"{lead}-down", {lead: down}, state.config, left(), one_by_one=True)
@@ -204,10 +209,8 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         start, top = settle(start, top, rungs)
     alone = [(k, v) for k, vs in space.items() if k != lead for v in vs if v != start.get(k)]
     # The deciding knob's other values, where its climb held its own at the best rung's value,
-    # come after the other knobs and what they make together: trials spare (decode_bound's
-    # default threads read 0.53-0.76x of one thread at its best rung in six runs, and took the
-    # trial its runner-up rung with the knobs kept needed).
-    later = {i for i, (k, _) in enumerate(alone) if held is not None and k == with_key and start.get(k) == held}
+    # come after the other knobs and what they make together (see the docstring).
+    later = {i for i, (k, _) in enumerate(alone) if held is not None and k == with_key and start.get(k) == held[0]}
 
     def each_alone(which: set[int]) -> None:
         for j, (k, v) in enumerate(alone):
@@ -235,7 +238,10 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
                      and (b := measured(normalized(start, {k: v}), feasible=True)) is not None])
     if near is not None and left() > 0 and measured(near) is None and key(near.flat()) != key(state.config.flat()):
         stage("rest-nearest", {}, near, 1)
-    each_alone(later)
+    rung = measured(start, feasible=True)
+    summary = stored_summary(rung) if later and order is not None and rung is not None else None
+    if summary is None or order(summary)[0] != held[0]:  # the held value no longer first where the round ended
+        each_alone(later)
     every = kept()
     if len(every) > len(first) > 0 and left() > 0 and measured(normalized(start, every)) is None:
         stage("rest-together-all", {}, normalized(start, every), 1)

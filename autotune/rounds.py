@@ -31,7 +31,7 @@ from .diagnose import COMPUTE_STAGES, clear_gain, diagnose, material
 from .errors import ConfigError
 from .ladder import Rungs, ints, staged
 from .recipes import Recipe
-from .record import Bottleneck, Brief, Step
+from .record import Bottleneck, Brief, Step, Summary
 from .search import (GRID_LIMIT, SLOW_CUT, RecipeSearch, best_of, normalized, reading, remember, stored_summary,
                      trial_record)
 
@@ -100,11 +100,13 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     elif est is not None and not recipe.each_knob_first and len(space) > 1 and len(ints(space[lead])) > 2 and \
             math.prod(len(v) for v in space.values()) > GRID_LIMIT:
         ctx.events.recipe(round_no, recipe.name, look)
-        climb = next(((k.key, _climb_order(k.key, [v for v in k.choices if v in space[k.key]], state))
+        climb = next(((k.key, [v for v in k.choices if v in space[k.key]])
                       for k in recipe.knobs if k.climb_with and k.key in space and not isinstance(k.choices, str)),
                      None)
+        order = (lambda summary: _climb_order(climb[0], climb[1], summary)) if climb else None  # noqa: E731
         rivals = lambda one, other: duel(ctx, name, recipe, one, other, deadline)  # noqa: E731
-        searches, ran, skipped, rungs = staged(ctx, name, space, state, est, look, deadline, on_trial, climb, rivals)
+        searches, ran, skipped, rungs = staged(ctx, name, space, state, est, look, deadline, on_trial,
+                                               climb and (climb[0], order(state.summary)), rivals, order)
     elif recipe.together:  # one config: the incumbent with every knob's value
         ctx.events.recipe(round_no, recipe.name, 1)
         searches, ran, skipped = _one(ctx, name, normalized(state.config, {k: v[0] for k, v in space.items()}),
@@ -217,15 +219,15 @@ def _recheck(ctx: Context, name: str, recipe: Recipe, state: State, trial: optun
     return None, {key(cand.flat()): look}
 
 
-def _climb_order(key: str, values: list, state: State) -> list:
-    """The deciding knob's values in the order to climb at. For intra-op threads, one
-    thread (a core left to loader workers) first only where the step's compute would still
-    fit in today's step on one core (compute share x cores < 1: decoding at 90% of the step
-    on 2 cores); else the default first (a ResNet's convolutions at 88% of the step would
-    run 1.8x longer on one core, and workers cannot give that back)."""
+def _climb_order(key: str, values: list, summary: Summary) -> list:
+    """The deciding knob's values in the order to climb at, from a measured step. For
+    intra-op threads, one thread (a core left to loader workers) first only where the step's
+    compute would still fit in today's step on one core (compute share x cores < 1: decoding
+    at 90% of the step on 2 cores); else the default first (a ResNet's convolutions at 88%
+    of the step would run 1.8x longer on one core, and workers cannot give that back)."""
     if key != "backend.num_threads" or 1 not in values:
         return values
-    compute = sum(state.summary.stages[s].share for s in COMPUTE_STAGES if s in state.summary.stages)
+    compute = sum(summary.stages[s].share for s in COMPUTE_STAGES if s in summary.stages)
     one_first = compute * machine.cores() < 1
     return sorted(values, key=lambda v: (v == 1) != one_first)
 
