@@ -917,6 +917,23 @@ def test_the_runner_up_rung_is_tried_with_the_knob_kept_when_no_together_config_
     assert len(step.trials) <= 8, [t.changes for t in step.trials]
 
 
+def _two_rungs(three: float, prefetch: float, persist: float):
+    """decode_bound's shape: 2 workers (204) a little ahead of 3 (`three`) alone, prefetch 4
+    and persistent workers gaining more at 3 (`prefetch`, `persist`) than at 2 (1.05x, 1.08x),
+    the default threads 0.7x; the step waits for data 80-90% of the time throughout."""
+    def speed(c):
+        w = c.data.num_workers
+        base = {0: 100.0, 1: 130.0, 2: 204.0, 3: three, 4: 140.0}.get(w, 120.0)
+        pf = {2: 1.05, 3: prefetch}.get(w, 1.0) if c.data.prefetch_factor == 4 else 1.0
+        keep = {2: 1.08, 3: persist}.get(w, 1.0) if c.data.persistent_workers else 1.0
+        return base * pf * keep * (0.7 if w and c.backend.num_threads is None else 1.0)
+
+    def stages(c):
+        data = 0.9 if speed(c) < 150 else 0.8
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
+    return speed, stages
+
+
 def test_the_runner_up_rung_with_the_knobs_kept_together_comes_before_the_other_thread_count(
         tmp_path, monkeypatch):
     """2 workers beat 3 side by side by 2% (within the margin) and both other knobs help at 2,
@@ -929,16 +946,7 @@ def test_the_runner_up_rung_with_the_knobs_kept_together_comes_before_the_other_
     monkeypatch.setattr(machine, "cores", lambda: 2)
     monkeypatch.setattr(Context, "band", property(lambda self: 1.4))
 
-    def speed(c):
-        w = c.data.num_workers
-        base = {0: 100.0, 1: 130.0, 2: 204.0, 3: 200.0, 4: 140.0}.get(w, 120.0)
-        prefetch = {2: 1.05, 3: 1.15}.get(w, 1.0) if c.data.prefetch_factor == 4 else 1.0
-        persist = {2: 1.08, 3: 1.2}.get(w, 1.0) if c.data.persistent_workers else 1.0
-        return base * prefetch * persist * (0.7 if w and c.backend.num_threads is None else 1.0)
-
-    def stages(c):
-        data = 0.9 if speed(c) < 150 else 0.8
-        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
+    speed, stages = _two_rungs(three=200.0, prefetch=1.15, persist=1.2)
 
     r = run_agent(FakeRunner(speed, noise=0.01, stages=stages), tmp_path, only=("dataloader",))
     step = r.steps[0]
@@ -961,16 +969,7 @@ def test_a_spare_trial_goes_to_the_runner_up_rung_with_the_kept_knobs_even_past_
     monkeypatch.setattr(machine, "cores", lambda: 2)
     monkeypatch.setattr(Context, "band", property(lambda self: 1.4))
 
-    def speed(c):
-        w = c.data.num_workers
-        base = {0: 100.0, 1: 130.0, 2: 204.0, 3: 190.0, 4: 140.0}.get(w, 120.0)
-        prefetch = {2: 1.05, 3: 1.2}.get(w, 1.0) if c.data.prefetch_factor == 4 else 1.0
-        persist = {2: 1.08, 3: 1.25}.get(w, 1.0) if c.data.persistent_workers else 1.0
-        return base * prefetch * persist * (0.7 if w and c.backend.num_threads is None else 1.0)
-
-    def stages(c):
-        data = 0.9 if speed(c) < 150 else 0.8
-        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
+    speed, stages = _two_rungs(three=190.0, prefetch=1.2, persist=1.25)
 
     r = run_agent(FakeRunner(speed, noise=0.01, stages=stages), tmp_path, only=("dataloader",), trials=8)
     step = r.steps[0]
