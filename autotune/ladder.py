@@ -260,7 +260,8 @@ def _nearest(start: TrainConfig, found: TrainConfig, lead: str, rungs: Rungs, ma
     the one after it: the nearest alternative of the best found (`found`: the rung with the
     kept knobs, if any), measured once for the side-by-side decision. The best found at the
     rung whose side-by-side comparison with the winner read within `margin` of it (the least
-    gain, or what the kept knobs gained together where that is more), where there is one: the rungs could not be told apart on their own, and the other knobs act on them
+    gain, or what the kept knobs gained together where that is more), where there is one:
+    the rungs could not be told apart on their own, and the other knobs act on them
     differently (decode_bound's prefetch 4 helps at 3 workers and not at 2; its ladder went
     on from 2 after a 6-look comparison read 3 workers 0.97x of it, and ended at 0.91 of the
     grid's best with trials unused). Else the best found with the left-out change whose
