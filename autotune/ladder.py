@@ -54,9 +54,8 @@ def ladder(values: list[int], start: float | None, down: bool = False) -> list[i
 
 def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: float, n: int,
            deadline: float | None, on_trial: Callable,
-           climb_with: tuple[str, list[Any]] | None = None,
-           duel: Callable[[Any, Any], tuple | None] | None = None,
-           order: Callable[[Summary], list[Any]] | None = None) -> tuple[list[RecipeSearch], int, int, Rungs]:
+           climb_with: tuple[str, Callable[[Summary], list[Any]]] | None = None,
+           duel: Callable[[Any, Any], tuple | None] | None = None) -> tuple[list[RecipeSearch], int, int, Rungs]:
     """A large space whose first knob is numeric (the recipe's main lever: loader workers,
     DDP bucket size), searched as an engineer would: that knob up a geometric ladder from
     the incumbent (down, when up does not help), stopping at the first rung after the first
@@ -70,17 +69,18 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     the two without it. Each stage is its own study; none measures the
     incumbent again.
 
-    `climb_with` (a knob and its values, most promising first) climbs the ladder at each of
-    its values in turn until a climb reads within the noise of the incumbent: the knob that
-    decides whether the lever helps at all (intra-op threads, which loader workers fight for
-    the cores). A climb that holds its own is not repeated at the knob's other values
-    (decode_bound spent three of its nine trials on a second climb after a lucky baseline
-    reading): they are tried once each from its best rung, after the other knobs, what those
-    make together and the nearest alternative, and only where `order` (the climb's order,
-    from a measured step) no longer puts the held value first on the best rung's own
-    measurement: decode_bound's step at 3 workers still waits for data 86% of the time on
-    one thread, its default threads read 0.46-0.88x of one thread at the best rung in nine
-    runs, and that trial was the one its runner-up rung with the kept knobs needed.
+    `climb_with` (a knob, and its values' order from a measured step, most promising first)
+    climbs the ladder at each of its values in turn, in their order on the incumbent's step,
+    until a climb reads within the noise of the incumbent: the knob that decides whether the
+    lever helps at all (intra-op threads, which loader workers fight for the cores). A climb
+    that holds its own is not repeated at the knob's other values (decode_bound spent three
+    of its nine trials on a second climb after a lucky baseline reading): they are tried
+    once each from its best rung, after the other knobs, what those make together and the
+    nearest alternative, and only where the order no longer puts the held value first on
+    the best rung's own measurement: decode_bound's step at 3 workers still waits for data
+    86% of the time on one thread, its default threads read 0.46-0.88x of one thread at the
+    best rung in nine runs, and that trial was the one its runner-up rung with the kept
+    knobs needed.
 
     `duel` (`decide.duel`: two trials side by side, the winner first) settles which rung
     the other knobs are tried from, when rungs read within the noise of the best one: the
@@ -183,7 +183,8 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
             ctx.readings.get(key(won.flat()), [])
         return won, statistics.fmean(pooled)
 
-    with_key, with_values = climb_with if climb_with else (None, [state.config.get(lead)])
+    with_key, order = climb_with if climb_with else (None, None)
+    with_values = order(state.summary) if order is not None else [state.config.get(lead)]
     held: tuple[Any] | None = None  # (the deciding knob's value whose climb held its own,)
     for cv in with_values:  # the ladder, at each value of the deciding knob until one holds its own
         start = state.config if with_key is None else state.config.with_changes({with_key: cv})
@@ -229,16 +230,17 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
 
     each_alone(set(range(len(alone))) - later)
     first = kept()
-    if len(first) > 1 and left() > 0 and measured(normalized(start, first)) is None:
-        stage("rest-together", {}, normalized(start, first), 1)
+    joint = normalized(start, first)
+    if len(first) > 1 and left() > 0 and measured(joint) is None:
+        stage("rest-together", {}, joint, 1)
     # The trial no together config took, or one spare after it: the nearest alternative of the
     # best found. After a together config, a rung compared side by side with the best one whose
     # loss there is smaller than what the kept knobs gained together: how they act on each rung
     # decides (decode_bound's 3 workers read 0.95x of 2 in one look and the two knobs gained
     # 1.35x at 2; its grid's best is 3 workers with both).
-    together = measured(normalized(start, first), feasible=True) if len(first) > 1 else None
+    together = measured(joint, feasible=True) if len(first) > 1 else None
     reach = max(ctx.margin, together.value / top) if together is not None else ctx.margin
-    near = _nearest(start, normalized(start, first), lead, rungs, reach,
+    near = _nearest(start, joint, lead, rungs, reach,
                     [] if len(first) > 1 else
                     [(b.value, k, v) for k, v in alone if k not in first
                      and (b := measured(normalized(start, {k: v}), feasible=True)) is not None])

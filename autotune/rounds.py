@@ -17,6 +17,7 @@ not faster side by side either (one look: a single reading can fall in a burst),
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -100,13 +101,11 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
     elif est is not None and not recipe.each_knob_first and len(space) > 1 and len(ints(space[lead])) > 2 and \
             math.prod(len(v) for v in space.values()) > GRID_LIMIT:
         ctx.events.recipe(round_no, recipe.name, look)
-        climb = next(((k.key, [v for v in k.choices if v in space[k.key]])
+        climb = next(((k.key, functools.partial(_climb_order, k.key, [v for v in k.choices if v in space[k.key]]))
                       for k in recipe.knobs if k.climb_with and k.key in space and not isinstance(k.choices, str)),
                      None)
-        order = (lambda summary: _climb_order(climb[0], climb[1], summary)) if climb else None  # noqa: E731
         rivals = lambda one, other: duel(ctx, name, recipe, one, other, deadline)  # noqa: E731
-        searches, ran, skipped, rungs = staged(ctx, name, space, state, est, look, deadline, on_trial,
-                                               climb and (climb[0], order(state.summary)), rivals, order)
+        searches, ran, skipped, rungs = staged(ctx, name, space, state, est, look, deadline, on_trial, climb, rivals)
     elif recipe.together:  # one config: the incumbent with every knob's value
         ctx.events.recipe(round_no, recipe.name, 1)
         searches, ran, skipped = _one(ctx, name, normalized(state.config, {k: v[0] for k, v in space.items()}),
