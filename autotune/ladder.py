@@ -240,7 +240,14 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     # 1.35x at 2; its grid's best is 3 workers with both).
     together = measured(joint, feasible=True) if len(first) > 1 else None
     reach = max(ctx.margin, together.value / top) if together is not None else ctx.margin
-    near = _nearest(start, joint, lead, rungs, reach,
+    close = sorted(rungs.close, key=lambda p: -p[1])
+    if not close and together is not None:  # no rung compared side by side: their single readings, nearest
+        # first, where one lost less than half what the kept knobs gained together (in log terms)
+        reach = max(ctx.margin, math.sqrt(together.value / top))
+        close = sorted(((v, t.value / top) for v in values if v != start.get(lead)
+                        and (t := measured(normalized(start, {lead: v}), feasible=True)) is not None),
+                       key=lambda p: (abs(p[0] - start.get(lead)), -p[1]))
+    near = _nearest(start, joint, lead, close, reach,
                     [] if len(first) > 1 else
                     [(b.value, k, v) for k, v in alone if k not in first
                      and (b := measured(normalized(start, {k: v}), feasible=True)) is not None])
@@ -256,21 +263,27 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     return searches, ran, skipped, rungs
 
 
-def _nearest(start: TrainConfig, found: TrainConfig, lead: str, rungs: Rungs, margin: float,
+def _nearest(start: TrainConfig, found: TrainConfig, lead: str, close: list[tuple[Any, float]], margin: float,
              left_out: list[tuple[float, str, Any]]) -> TrainConfig | None:
     """Where the trial goes that no together config took (fewer than two knobs kept), or
     the one after it: the nearest alternative of the best found (`found`: the rung with the
     kept knobs, if any), measured once for the side-by-side decision. The best found at the
-    rung whose side-by-side comparison with the winner read within `margin` of it (the least
-    gain, or what the kept knobs gained together where that is more), where there is one:
-    the rungs could not be told apart on their own, and the other knobs act on them
-    differently (decode_bound's prefetch 4 helps at 3 workers and not at 2; its ladder went
-    on from 2 after a 6-look comparison read 3 workers 0.97x of it, and ended at 0.91 of the
-    grid's best with trials unused). Else the best found with the left-out change whose
-    single reading was the highest (one reading is one sample: decode_bound's persistent
-    workers read 0.71x alone once, 1.04-1.19x in the runs before, and the run ended without
-    them at 0.95)."""
-    near = [v for v, r in sorted(rungs.close, key=lambda p: -p[1]) if r >= 1 / margin and v != start.get(lead)]
+    first rung of `close` (each rung and its ratio to the best one, in order of preference)
+    that read within `margin` of it (the least gain, or what the kept knobs gained together
+    where that is more), where there is one: the rungs could not be told apart on their own,
+    and the other knobs act on them differently (decode_bound's prefetch 4 helps at 3
+    workers and not at 2; its ladder went on from 2 after a 6-look comparison read 3 workers
+    0.97x of it, and ended at 0.91 of the grid's best with trials unused). `close` is the
+    rungs compared side by side, highest ratio first; where none was (each read past the
+    band then: in s26 3 and 4 workers read 0.94x of 2, the knobs gained 1.17x together at
+    2), after a together config the ladder's own single readings, the neighbouring rung
+    first, within half the kept knobs' joint gain (in log terms): a peak read on a noisy
+    ladder is as likely beside the best rung as on it, and a rung that far behind is not
+    (the knobs would have to gain half as much again there). Else the best found with the
+    left-out change whose single reading was the highest (one reading is one sample:
+    decode_bound's persistent workers read 0.71x alone once, 1.04-1.19x in the runs before,
+    and the run ended without them at 0.95)."""
+    near = [v for v, r in close if r >= 1 / margin and v != start.get(lead)]
     if near:
         return normalized(found, {lead: near[0]})
     if left_out:
