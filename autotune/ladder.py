@@ -240,13 +240,13 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     # 1.35x at 2; its grid's best is 3 workers with both).
     together = measured(joint, feasible=True) if len(first) > 1 else None
     reach = max(ctx.margin, together.value / top) if together is not None else ctx.margin
-    close = sorted(rungs.close, key=lambda p: -p[1])
-    if not close and together is not None:  # no rung compared side by side: their single readings, nearest
-        # first, where one lost less than half what the kept knobs gained together (in log terms)
+    close = rungs.close
+    if not close and together is not None:  # no rung compared side by side: their single readings, where
+        # one lost less than half what the kept knobs gained together (in log terms)
         reach = max(ctx.margin, math.sqrt(together.value / top))
-        close = sorted(((v, t.value / top) for v in values if v != start.get(lead)
-                        and (t := measured(normalized(start, {lead: v}), feasible=True)) is not None),
-                       key=lambda p: (abs(p[0] - start.get(lead)), -p[1]))
+        close = [(v, t.value / top) for v in values if v != start.get(lead)
+                 and (t := measured(normalized(start, {lead: v}), feasible=True)) is not None]
+    close = sorted(close, key=lambda p: (abs(p[0] - start.get(lead)), -p[1]))  # the neighbouring rung first
     near = _nearest(start, joint, lead, close, reach,
                     [] if len(first) > 1 else
                     [(b.value, k, v) for k, v in alone if k not in first
@@ -274,12 +274,15 @@ def _nearest(start: TrainConfig, found: TrainConfig, lead: str, close: list[tupl
     and the other knobs act on them differently (decode_bound's prefetch 4 helps at 3
     workers and not at 2; its ladder went on from 2 after a 6-look comparison read 3 workers
     0.97x of it, and ended at 0.91 of the grid's best with trials unused). `close` is the
-    rungs compared side by side, highest ratio first; where none was (each read past the
-    band then: in s26 3 and 4 workers read 0.94x of 2, the knobs gained 1.17x together at
-    2), after a together config the ladder's own single readings, the neighbouring rung
-    first, within half the kept knobs' joint gain (in log terms): a peak read on a noisy
-    ladder is as likely beside the best rung as on it, and a rung that far behind is not
-    (the knobs would have to gain half as much again there). Else the best found with the
+    rungs compared side by side; where none was (each read past the band then: in s26 3
+    and 4 workers read 0.94x of 2, the knobs gained 1.17x together at 2), after a together
+    config the ladder's own single readings, within half the kept knobs' joint gain (in log
+    terms): a rung that far behind is not worth the trial (the knobs would have to gain
+    half as much again there). Either way the neighbouring rung first, then the higher
+    ratio: a peak read on a noisy ladder is as likely beside the best rung as on it, and
+    ratios within the margin are a coin's toss apart (in s27 4 workers dueled 0.99x of 2,
+    3 workers 0.97x; the trial went to 4 workers with both knobs, and the run ended at 0.90
+    of the grid's best, 3 workers with both). Else the best found with the
     left-out change whose single reading was the highest (one reading is one sample:
     decode_bound's persistent workers read 0.71x alone once, 1.04-1.19x in the runs before,
     and the run ended without them at 0.95)."""

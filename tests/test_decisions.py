@@ -335,6 +335,40 @@ def test_a_pair_predicted_from_an_unlucky_single_reading_still_gets_its_one_look
         ("bf16", False) and step.after_config["memory.micro_batch_size"], tried
 
 
+def test_a_smaller_micro_batch_without_the_precision_of_a_fit_is_not_measured(tmp_path, monkeypatch):
+    """The benchmark's memory case on a Zen 4 (a band of 1.5): bf16 with half the batch fits
+    (1.17x, under its forecast), then bf16 with checkpointing (1.27x). A quarter of the batch
+    alone, predicted at 0.92x from half the batch's reading, is within the band of the
+    fastest fit, but it is the first fit without bf16 (which read 1.3x alone) and with a
+    smaller micro-batch: it can only be slower, and is not measured (s27 measured it as its
+    sixth trial of the grid's 20)."""
+    monkeypatch.setattr(Context, "band", property(lambda self: 1.5))
+
+    def memory(c):
+        mem = 190.0 * (0.6 if c.precision.amp == "bf16" else 1.0)
+        mem *= {None: 1.0, 16: 0.6, 8: 0.4, 4: 0.3, 2: 0.25}[c.memory.micro_batch_size]
+        return int(mem * (0.5 if c.memory.activation_checkpointing else 1.0))
+
+    def speed(c):
+        bf16, mb, ckpt = c.precision.amp == "bf16", c.memory.micro_batch_size, c.memory.activation_checkpointing
+        s = 100.0 * (1.3 if bf16 else 1.0) * {None: 1.0, 16: 0.97, 8: 0.9, 4: 0.7, 2: 0.5}[mb]
+        s *= (0.98 if bf16 else 0.93) if ckpt else 1.0
+        return s * (0.93 if bf16 and mb else 1.0)
+
+    runner = FakeRunner(speed, memory=memory, noise=0.01, stages=lambda c: {"forward": 0.5, "backward": 0.5},
+                        lowp={"bf16": 1.5})
+    r = run_agent(runner, tmp_path, memory_limit=100)
+    step = r.steps[0]
+    assert step.recipe == "memory-joint" and step.accepted, (step.recipe, step.reason)
+    tried = [(t.config["precision.amp"], t.config["memory.micro_batch_size"],
+              t.config["memory.activation_checkpointing"]) for t in step.trials]
+    assert ("bf16", 16, False) in tried and ("bf16", None, True) in tried, tried
+    assert [m for a, m, k in tried if a == "none" and not k] == [16], tried  # no smaller micro-batch alone
+    assert len(tried) <= 5, tried
+    assert (step.after_config["precision.amp"], step.after_config["memory.activation_checkpointing"]) == \
+        ("bf16", True), tried
+
+
 def test_a_micro_batch_is_measured_once_and_a_flattered_pair_of_knobs_is_not_walked(tmp_path):
     """The benchmark's memory case on a Zen 4, in miniature: bf16 alone, half the batch
     alone and checkpointing alone each read their factors; bf16 with half the batch reads
@@ -954,13 +988,13 @@ def test_the_runner_up_rung_is_tried_with_the_knob_kept_when_no_together_config_
     assert len(step.trials) <= 8, [t.changes for t in step.trials]
 
 
-def _two_rungs(three: float, prefetch: float, persist: float):
+def _two_rungs(three: float, prefetch: float, persist: float, four: float = 140.0):
     """decode_bound's shape: 2 workers (204) a little ahead of 3 (`three`) alone, prefetch 4
     and persistent workers gaining more at 3 (`prefetch`, `persist`) than at 2 (1.05x, 1.08x),
-    the default threads 0.7x; the step waits for data 80-90% of the time throughout."""
+    the default threads 0.7x, 4 workers `four`; the step waits for data 80-90% of the time throughout."""
     def speed(c):
         w = c.data.num_workers
-        base = {0: 100.0, 1: 130.0, 2: 204.0, 3: three, 4: 140.0}.get(w, 120.0)
+        base = {0: 100.0, 1: 130.0, 2: 204.0, 3: three, 4: four}.get(w, 120.0)
         pf = {2: 1.05, 3: prefetch}.get(w, 1.0) if c.data.prefetch_factor == 4 else 1.0
         keep = {2: 1.08, 3: persist}.get(w, 1.0) if c.data.persistent_workers else 1.0
         return base * pf * keep * (0.7 if w and c.backend.num_threads is None else 1.0)
@@ -1033,6 +1067,30 @@ def test_with_no_rung_compared_the_spare_trial_goes_to_the_neighbour_rung_its_ke
     r = run_agent(FakeRunner(speed, noise=0.005, stages=stages), tmp_path, only=("dataloader",), trials=8)
     step = r.steps[0]
     assert "the other knobs were tried from" not in step.reason, step.reason
+    assert step.accepted, step.reason
+    final = r.final_config
+    assert final["data.num_workers"] == 3 and final["data.persistent_workers"] and final["data.prefetch_factor"] == 4, \
+        [(t.changes, t.samples_per_s) for t in step.trials]
+
+
+def test_of_two_rungs_compared_the_spare_trial_goes_to_the_neighbour_not_the_one_that_read_a_hair_better(
+        tmp_path, monkeypatch):
+    """2 workers beat 3 and 4 side by side, 3 by 3% and 4 by 1%: both within the margin,
+    a coin's toss apart (the loading is CPU work: the range is not grown past 4). The spare
+    trial after the together config goes to the neighbouring
+    rung with the kept knobs (3 workers, where they gain most: the best config), not to the
+    farther rung whose comparison read a hair nearer (decode_bound's s27: 3 workers read 0.97x
+    of 2 and 4 workers 0.99x, the trial went to 4 workers with both, and the run ended at 0.90
+    of its grid's best, 3 workers with both)."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+    monkeypatch.setattr(Context, "band", property(lambda self: 1.4))
+    speed, stages = _two_rungs(three=198.0, prefetch=1.2, persist=1.25, four=202.0)
+    cpu = {"signals": lambda c: {} if c.data.num_workers else {"data_cpu_share": 1.0}}  # decoding: not grown past 4
+
+    r = run_agent(FakeRunner(speed, noise=0.005, stages=stages, **cpu), tmp_path, only=("dataloader",), trials=8)
+    step = r.steps[0]
+    assert [t.config["data.num_workers"] for t in step.trials][:4] == [1, 2, 4, 3]
+    assert "data.num_workers=4 read within the noise" in step.reason, step.reason
     assert step.accepted, step.reason
     final = r.final_config
     assert final["data.num_workers"] == 3 and final["data.persistent_workers"] and final["data.prefetch_factor"] == 4, \
@@ -1452,3 +1510,10 @@ def test_a_fit_rules_out_what_only_saves_more_memory():
     assert not _dominated({**fit, "optimizer.impl": "fused"}, fit, sized, known)
     assert not _dominated({"precision.amp": "bf16", "memory.activation_checkpointing": True}, fit, sized, known)
     assert not _dominated(fit, fit, sized, known)
+    # Without bf16 (which read faster alone) and with a smaller micro-batch: only slower.
+    assert _dominated({"memory.micro_batch_size": 256}, fit, sized, known)
+    assert _dominated({"memory.micro_batch_size": 256, "memory.activation_checkpointing": True}, fit, sized, known)
+    # Without the micro-batch (the whole batch: larger), or without a knob that read slower alone: maybe faster.
+    assert not _dominated({"memory.activation_checkpointing": True}, fit, sized, known)
+    slow = {"precision.amp": "bf16", "memory.activation_checkpointing": True}
+    assert not _dominated({"precision.amp": "bf16", "memory.micro_batch_size": 256}, slow, sized, known)
