@@ -1005,6 +1005,23 @@ def _two_rungs(three: float, prefetch: float, persist: float, four: float = 140.
     return speed, stages
 
 
+def _two_rungs_run(tmp_path, monkeypatch, band: float, noise: float, cpu_bound: bool = False, **shape):
+    """The dataloader round alone on `_two_rungs(**shape)`, 2 cores, the noise band patched
+    to `band` (`cpu_bound`: the loading thread's CPU share says decoding: not grown past 4);
+    returns the run and the step whose final config it checks (3 workers with both knobs)."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+    monkeypatch.setattr(Context, "band", property(lambda self: band))
+    speed, stages = _two_rungs(**shape)
+    cpu = {"signals": lambda c: {} if c.data.num_workers else {"data_cpu_share": 1.0}} if cpu_bound else {}
+    r = run_agent(FakeRunner(speed, noise=noise, stages=stages, **cpu), tmp_path, only=("dataloader",), trials=8)
+    step = r.steps[0]
+    assert step.accepted, step.reason
+    final = r.final_config
+    assert final["data.num_workers"] == 3 and final["data.persistent_workers"] and final["data.prefetch_factor"] == 4, \
+        [(t.changes, t.samples_per_s) for t in step.trials]
+    return r, step
+
+
 def test_the_runner_up_rung_with_the_knobs_kept_together_comes_before_the_other_thread_count(
         tmp_path, monkeypatch):
     """2 workers beat 3 side by side by 2% (within the margin) and both other knobs help at 2,
@@ -1014,21 +1031,11 @@ def test_the_runner_up_rung_with_the_knobs_kept_together_comes_before_the_other_
     for data most of the time, so one thread still comes first (decode_bound's step at 3
     workers waits 86%; its default threads read 0.46-0.88x of one thread in nine runs, and
     its runs that went on from 2 workers ended at 0.91-0.92 of the grid's best)."""
-    monkeypatch.setattr(machine, "cores", lambda: 2)
-    monkeypatch.setattr(Context, "band", property(lambda self: 1.4))
-
-    speed, stages = _two_rungs(three=200.0, prefetch=1.15, persist=1.2)
-
-    r = run_agent(FakeRunner(speed, noise=0.01, stages=stages), tmp_path, only=("dataloader",))
-    step = r.steps[0]
+    _, step = _two_rungs_run(tmp_path, monkeypatch, 1.4, 0.01, three=200.0, prefetch=1.15, persist=1.2)
     assert [t.config["data.num_workers"] for t in step.trials][:4] == [1, 2, 4, 3]
     assert "the other knobs were tried from data.num_workers=2" in step.reason, step.reason
     assert len(step.trials) == 8 and all(t.config["backend.num_threads"] == 1 for t in step.trials), \
         [t.changes for t in step.trials]
-    assert step.accepted, step.reason
-    final = r.final_config
-    assert final["data.num_workers"] == 3 and final["data.persistent_workers"] and final["data.prefetch_factor"] == 4, \
-        [(t.changes, t.samples_per_s) for t in step.trials]
 
 
 def test_a_spare_trial_goes_to_the_runner_up_rung_with_the_kept_knobs_even_past_the_margin(tmp_path, monkeypatch):
@@ -1037,18 +1044,8 @@ def test_a_spare_trial_goes_to_the_runner_up_rung_with_the_kept_knobs_even_past_
     together config a trial of the round's is still spare, and it goes to 3 workers with both
     knobs, the best config (decode_bound's s25: 3 workers read 0.95x of 2 in one look, the
     round ended with 7 of its 8 trials, at 0.90 of the grid's best, 3 workers with both)."""
-    monkeypatch.setattr(machine, "cores", lambda: 2)
-    monkeypatch.setattr(Context, "band", property(lambda self: 1.4))
-
-    speed, stages = _two_rungs(three=190.0, prefetch=1.2, persist=1.25)
-
-    r = run_agent(FakeRunner(speed, noise=0.01, stages=stages), tmp_path, only=("dataloader",), trials=8)
-    step = r.steps[0]
+    _, step = _two_rungs_run(tmp_path, monkeypatch, 1.4, 0.01, three=190.0, prefetch=1.2, persist=1.25)
     assert "the other knobs were tried from data.num_workers=2" in step.reason, step.reason
-    assert step.accepted, step.reason
-    final = r.final_config
-    assert final["data.num_workers"] == 3 and final["data.persistent_workers"] and final["data.prefetch_factor"] == 4, \
-        [(t.changes, t.samples_per_s) for t in step.trials]
 
 
 def test_with_no_rung_compared_the_spare_trial_goes_to_the_neighbour_rung_its_kept_knobs_could_lift(
@@ -1059,42 +1056,23 @@ def test_with_no_rung_compared_the_spare_trial_goes_to_the_neighbour_rung_its_ke
     with both knobs, the best config (decode_bound's s26: the rungs 3 and 4 read 0.94x of
     2 alone, none was compared, the knobs gained 1.17x together at 2, and the round ended
     with 7 of its 8 trials at 0.89 of the grid's best, 3 workers with both)."""
-    monkeypatch.setattr(machine, "cores", lambda: 2)
-    monkeypatch.setattr(Context, "band", property(lambda self: 1.03))
-
-    speed, stages = _two_rungs(three=196.0, prefetch=1.2, persist=1.25)
-
-    r = run_agent(FakeRunner(speed, noise=0.005, stages=stages), tmp_path, only=("dataloader",), trials=8)
-    step = r.steps[0]
+    _, step = _two_rungs_run(tmp_path, monkeypatch, 1.03, 0.005, three=196.0, prefetch=1.2, persist=1.25)
     assert "the other knobs were tried from" not in step.reason, step.reason
-    assert step.accepted, step.reason
-    final = r.final_config
-    assert final["data.num_workers"] == 3 and final["data.persistent_workers"] and final["data.prefetch_factor"] == 4, \
-        [(t.changes, t.samples_per_s) for t in step.trials]
 
 
 def test_of_two_rungs_compared_the_spare_trial_goes_to_the_neighbour_not_the_one_that_read_a_hair_better(
         tmp_path, monkeypatch):
     """2 workers beat 3 and 4 side by side, 3 by 3% and 4 by 1%: both within the margin,
     a coin's toss apart (the loading is CPU work: the range is not grown past 4). The spare
-    trial after the together config goes to the neighbouring
-    rung with the kept knobs (3 workers, where they gain most: the best config), not to the
-    farther rung whose comparison read a hair nearer (decode_bound's s27: 3 workers read 0.97x
-    of 2 and 4 workers 0.99x, the trial went to 4 workers with both, and the run ended at 0.90
-    of its grid's best, 3 workers with both)."""
-    monkeypatch.setattr(machine, "cores", lambda: 2)
-    monkeypatch.setattr(Context, "band", property(lambda self: 1.4))
-    speed, stages = _two_rungs(three=198.0, prefetch=1.2, persist=1.25, four=202.0)
-    cpu = {"signals": lambda c: {} if c.data.num_workers else {"data_cpu_share": 1.0}}  # decoding: not grown past 4
-
-    r = run_agent(FakeRunner(speed, noise=0.005, stages=stages, **cpu), tmp_path, only=("dataloader",), trials=8)
-    step = r.steps[0]
+    trial after the together config goes to the neighbouring rung with the kept knobs (3
+    workers, where they gain most: the best config), not to the farther rung whose
+    comparison read a hair nearer (decode_bound's s27: 3 workers read 0.97x of 2 and 4
+    workers 0.99x, the trial went to 4 workers with both, and the run ended at 0.90 of its
+    grid's best, 3 workers with both)."""
+    _, step = _two_rungs_run(tmp_path, monkeypatch, 1.4, 0.005, cpu_bound=True,
+                             three=198.0, prefetch=1.2, persist=1.25, four=202.0)
     assert [t.config["data.num_workers"] for t in step.trials][:4] == [1, 2, 4, 3]
     assert "data.num_workers=4 read within the noise" in step.reason, step.reason
-    assert step.accepted, step.reason
-    final = r.final_config
-    assert final["data.num_workers"] == 3 and final["data.persistent_workers"] and final["data.prefetch_factor"] == 4, \
-        [(t.changes, t.samples_per_s) for t in step.trials]
 
 
 def test_the_other_thread_count_is_still_tried_with_trials_spare_and_kept_where_it_helps(tmp_path, monkeypatch):
