@@ -1312,6 +1312,33 @@ def test_workers_are_climbed_with_one_thread_first_where_loading_dominates(tmp_p
     assert _first_loader_trial(tmp_path, monkeypatch, data=0.9)["backend.num_threads"] == 1
 
 
+def test_a_loader_look_after_one_thread_was_kept_climbs_at_one_thread(tmp_path, monkeypatch):
+    """One intra-op thread is kept first (1.1x on this compute-bound step), and the data wait
+    left (6%, CPU work) gets the loader's short look: it climbs at the kept thread, where a
+    worker has the free core, not at the default threads that the step's 94% compute would
+    otherwise put first, which would revert the measured gain (overhead_bound's s28: two
+    trials at 0.45x)."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+
+    def speed(c):
+        one, w = c.backend.num_threads == 1, c.data.num_workers
+        return 100.0 * (1.1 if one else 1.0) * ((1.06 if one else 0.5) if w else 1.0)
+
+    def stages(c):
+        one, w = c.backend.num_threads == 1, c.data.num_workers
+        data = 0.06 if one and not w else 0.0 if one else 0.02  # the wait shows once compute is on one core
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) / 2}
+
+    runner = FakeRunner(speed, noise=0.005, stages=stages,
+                        signals=lambda c: {} if c.data.num_workers else {"data_cpu_share": 1.0})
+    r = run_agent(runner, tmp_path, only=("threads", "dataloader"))
+    assert r.steps[0].recipe == "threads" and r.steps[0].accepted, r.steps[0].reason
+    loader = [s for s in r.steps if s.recipe == "dataloader"]
+    assert loader, [(s.recipe, s.reason) for s in r.steps]
+    assert loader[0].trials[0].config["backend.num_threads"] == 1, [t.changes for t in loader[0].trials]
+    assert r.final_config["backend.num_threads"] == 1
+
+
 def test_the_band_a_single_reading_is_judged_by_is_one_aas_width_not_the_pooled_aas():
     """Two A/As are pooled for the margin, but a search reading has one A/A's worth of
     windows: the band's floor is a single A/A's width, wider than the pooled one's."""
