@@ -133,18 +133,21 @@ def _measure(storage: Any, search: RecipeSearch, tid: int, log: Callable[[str], 
     study = search.study
     trial = optuna.Trial(study, tid)
     value, state = None, optuna.trial.TrialState.COMPLETE
-    with Beat(storage, tid):
-        try:
-            value = search.objective(trial)
-        except optuna.TrialPruned:
-            state = optuna.trial.TrialState.PRUNED
-        except optuna.exceptions.UpdateFinishedTrialError:
-            log(f"trial {trial.number} of {study.study_name} was given up as lost while this worker measured it "
-                "(its heartbeat was late); another worker measures it again")
-            return
-        except BaseException:
-            give_back(storage, study, trial.number)  # queued again now, not after the grace period
-            raise
+    try:  # given up as lost before its first beat (a loaded host) or while measured: dropped, not a crash
+        with Beat(storage, tid):
+            try:
+                value = search.objective(trial)
+            except optuna.TrialPruned:
+                state = optuna.trial.TrialState.PRUNED
+            except optuna.exceptions.UpdateFinishedTrialError:
+                raise
+            except BaseException:
+                give_back(storage, study, trial.number)  # queued again now, not after the grace period
+                raise
+    except optuna.exceptions.UpdateFinishedTrialError:
+        log(f"trial {trial.number} of {study.study_name} was given up as lost while this worker measured it "
+            "(its heartbeat was late); another worker measures it again")
+        return
     frozen = study.tell(trial, value if state == optuna.trial.TrialState.COMPLETE else None, state=state,
                         skip_if_finished=True)
     if frozen.state != state:

@@ -17,7 +17,7 @@ from autotune.errors import UserError
 from autotune.heartbeat import Beat, reap
 from autotune.pool import Dispatcher, given_up, split_cores
 from autotune.search import Constraints, RecipeSearch
-from autotune.serve import claim
+from autotune.serve import _measure, claim
 from autotune.storage import open_storage
 from autotune.testing import FakeRunner
 
@@ -42,8 +42,8 @@ def runner() -> FakeRunner:
 
 def fake_worker(storage, name: str, stop: threading.Event, log: list, die_on: int | None = None,
                 gone: threading.Event | None = None) -> None:
-    """What `serve` does with one search, on a FakeRunner; `die_on`: the n-th claim is
-    abandoned without a word (a worker killed mid-trial)."""
+    """What `serve` does with one search, on a FakeRunner (its own claim and `_measure`);
+    `die_on`: the n-th claim is abandoned without a word (a worker killed mid-trial)."""
     sampler = optuna.samplers.TPESampler(seed=threading.get_ident() % 2**31, constant_liar=True)
     search = RecipeSearch.attach(storage, name, runner(), sampler)
     claims = 0
@@ -58,15 +58,10 @@ def fake_worker(storage, name: str, stop: threading.Event, log: list, die_on: in
             Beat(storage, tid).beat()
             gone.set()
             return
-        with Beat(storage, tid):
-            try:
-                value, state = search.objective(trial), optuna.trial.TrialState.COMPLETE
-            except optuna.TrialPruned:
-                value, state = None, optuna.trial.TrialState.PRUNED
-            except optuna.exceptions.UpdateFinishedTrialError:  # reaped while measured (a late beat): dropped
-                continue
-        search.study.tell(trial, value, state=state, skip_if_finished=True)
-        log.append((threading.get_ident(), trial.number))
+        said: list[str] = []
+        _measure(storage, search, tid, said.append)  # the worker's own measure / beat / tell
+        if "given up" not in said[-1]:  # a trial reaped before or while measured is dropped, not counted
+            log.append((threading.get_ident(), trial.number))
 
 
 def run_search(storage, workers: int, die_on: int | None = None, n_trials: int = 8):
@@ -174,6 +169,21 @@ def test_a_trial_claimed_and_never_beaten_is_reaped(storage):
         assert reap(storage, study) == 1
     states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
     assert states[0] == optuna.trial.TrialState.FAIL and states[1] == optuna.trial.TrialState.RUNNING
+
+
+def test_a_trial_reaped_before_its_first_beat_is_dropped_not_a_crash(storage):
+    """CI, a loaded host: the reaper failed a claimed trial before its worker's first beat,
+    and the beat raised out of the worker (UpdateFinishedTrialError): its thread died and
+    the search never finished. The worker drops that trial, says so, and goes on."""
+    search = RecipeSearch(storage, "run/01-r", SPACE, TrainConfig(), runner(), Constraints(None, []), 0)
+    search.study.enqueue_trial({"data.num_workers": 1, "data.prefetch_factor": 2})
+    tid = claim(storage, search.study)
+    assert tid is not None
+    storage.set_trial_state_values(tid, optuna.trial.TrialState.FAIL)  # what `reap` does to it
+    said: list[str] = []
+    _measure(storage, search, tid, said.append)
+    assert "given up as lost" in said[-1]
+    assert storage.get_trial(tid).state == optuna.trial.TrialState.FAIL and storage.get_trial(tid).value is None
 
 
 def test_two_claimants_never_take_the_same_trial(storage):
