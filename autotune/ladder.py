@@ -19,7 +19,7 @@ import optuna
 from .config import TrainConfig
 from .context import key
 from .record import Summary, TrialState
-from .search import RecipeSearch, best_of, normalized, stored_summary
+from .search import RecipeSearch, best_of, normalized, reading, stored_summary
 
 
 RIVALS = 2  # most rungs compared side by side with the best one before the other knobs are tried
@@ -55,7 +55,8 @@ def ladder(values: list[int], start: float | None, down: bool = False) -> list[i
 def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: float, n: int,
            deadline: float | None, on_trial: Callable,
            climb_with: tuple[str, Callable[[Summary], list[Any]]] | None = None,
-           duel: Callable[[Any, Any], tuple | None] | None = None) -> tuple[list[RecipeSearch], int, int, Rungs]:
+           duel: Callable[[Any, Any], tuple | None] | None = None,
+           bound: float | None = None) -> tuple[list[RecipeSearch], int, int, Rungs]:
     """A large space whose first knob is numeric (the recipe's main lever: loader workers,
     DDP bucket size), searched as an engineer would: that knob up a geometric ladder from
     the incumbent (down, when up does not help), stopping at the first rung after the first
@@ -83,7 +84,11 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     the best rung's own measurement: decode_bound's step at 3 workers still waits for data
     86% of the time on one thread, its default threads read 0.46-0.88x of one thread at the
     best rung in nine runs, and that trial was the one its runner-up rung with the kept
-    knobs needed.
+    knobs needed. Nor is it climbed at the other values where a climb lost so much that
+    removing the whole waste the lever targets (`bound`, its Amdahl gain) would not bring its
+    best rung back within the noise: the lever costs this step more than its waste, whatever
+    the deciding knob (overhead_bound's 6% data wait, at most 1.06x: workers read 0.41x at
+    one thread, then two more trials climbed at the default threads).
 
     `duel` (`decide.duel`: two trials side by side, the winner first) settles which rung
     the other knobs are tried from, when rungs read within the noise of the best one: the
@@ -181,7 +186,7 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         if not words:
             return start, top
         won = TrainConfig().with_changes(champion.user_attrs["config"])
-        rungs.note = f"; the other knobs were tried from {lead}={won.get(lead)}: " + "; ".join(words)
+        rungs.note += f"; the other knobs were tried from {lead}={won.get(lead)}: " + "; ".join(words)
         pooled = ([] if "reused_from" in champion.user_attrs else [champion.value]) + \
             ctx.readings.get(key(won.flat()), [])
         return won, statistics.fmean(pooled)
@@ -192,13 +197,22 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     if mine is not None and mine in with_values:  # a value a kept change set: climbed at first, not reverted
         with_values = [mine, *(v for v in with_values if v != mine)]
     held: tuple[Any] | None = None  # (the deciding knob's value whose climb held its own,)
+    said = ""  # why the knob's other values were not climbed, if they were not
     for cv in with_values:  # the ladder, at each value of the deciding knob until one holds its own
         start = state.config if with_key is None else state.config.with_changes({with_key: cv})
+        climb = None
         if up and left() > 0:
             stage(lead if with_key is None else f"{lead}-{cv}", {lead: up}, start, left(), one_by_one=True)
+            climb = searches[-1]
         if best(within_noise=True)[0] is not state.config:
             held = (cv,)  # a rung read within the noise of the incumbent: the side-by-side comparison decides,
             break  # and the knob's other values are tried once from that rung, after the other knobs
+        lost = _lost(climb, est, ctx.band, bound)
+        if lost and cv != with_values[-1]:
+            spared = ", ".join(f"{with_key}={v}" for v in with_values[with_values.index(cv) + 1:])
+            said = (f"; {lead} was not climbed at {spared}: at {with_key}={cv} its best rung read {lost:.2f}x of the "
+                    f"current config, and removing the whole waste it targets gains at most {bound:.2f}x")
+            break
     if down and best()[0].get(lead) == inc and left() > 0:  # up did not help: the other way
         stage(f"{lead}-down", {lead: down}, state.config, left(), one_by_one=True)
     start, _ = best(within_noise=True)
@@ -211,10 +225,13 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         if between and left() > 0:
             stage(f"{lead}-between", {lead: between}, start, left())
     start, top = best(within_noise=True)
-    rungs = Rungs()
+    rungs = Rungs(note=said)
     if duel is not None and start is not state.config:
         start, top = settle(start, top, rungs)
-    alone = [(k, v) for k, vs in space.items() if k != lead for v in vs if v != start.get(k)]
+    # Not the deciding knob alone where its climb lost past what the waste could give: that knob
+    # is in this round's space for the lever's sake, and alone it is another recipe's question.
+    alone = [(k, v) for k, vs in space.items() if k != lead and not (said and k == with_key)
+             for v in vs if v != start.get(k)]
     # The deciding knob's other values, where its climb held its own at the best rung's value,
     # come after the other knobs and what they make together (see the docstring).
     later = {i for i, (k, _) in enumerate(alone) if held is not None and k == with_key and start.get(k) == held[0]}
@@ -299,6 +316,16 @@ def _nearest(start: TrainConfig, found: TrainConfig, lead: str, close: list[tupl
         _, k, v = max(left_out, key=lambda p: p[0])
         return normalized(found, {k: v})
     return None
+
+
+def _lost(climb: RecipeSearch | None, est: float, band: float, bound: float | None) -> float | None:
+    """The best rung's ratio to the incumbent (`est`) where a climb measured at least two
+    rungs and even `bound` (the most removing the lever's waste could gain) would leave the
+    best below the noise band; else None."""
+    read = [r for t in (climb.finished() if climb is not None else []) if (r := reading(t)) is not None]
+    if bound is None or not math.isfinite(bound) or len(read) < 2 or max(read) * bound >= est / band:
+        return None
+    return max(read) / est
 
 
 def ints(values: list[Any]) -> list[int]:

@@ -105,7 +105,8 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
                       for k in recipe.knobs if k.climb_with and k.key in space and not isinstance(k.choices, str)),
                      None)
         rivals = lambda one, other: duel(ctx, name, recipe, one, other, deadline)  # noqa: E731
-        searches, ran, skipped, rungs = staged(ctx, name, space, state, est, look, deadline, on_trial, climb, rivals)
+        searches, ran, skipped, rungs = staged(ctx, name, space, state, est, look, deadline, on_trial, climb, rivals,
+                                               expected)
     elif recipe.together:  # one config: the incumbent with every knob's value
         ctx.events.recipe(round_no, recipe.name, 1)
         searches, ran, skipped = _one(ctx, name, normalized(state.config, {k: v[0] for k, v in space.items()}),

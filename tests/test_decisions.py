@@ -1339,6 +1339,57 @@ def test_a_loader_look_after_one_thread_was_kept_climbs_at_one_thread(tmp_path, 
     assert r.final_config["backend.num_threads"] == 1
 
 
+def test_a_lever_that_costs_more_than_its_whole_waste_is_not_climbed_at_the_other_threads(tmp_path, monkeypatch):
+    """One intra-op thread kept (1.1x), then a data wait of 8% (at most 1.09x): workers read
+    0.41x at the kept thread, so even removing the whole wait leaves them far behind; the
+    loader is not climbed again at the default threads, nor are they tried alone (the threads
+    round's question; overhead_bound's s29: three more trials, 10 of its grid's 24), and the
+    report says why."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+
+    def speed(c):
+        one, w = c.backend.num_threads == 1, c.data.num_workers
+        return 100.0 * (1.1 if one else 1.0) * ((0.41 if one else 0.45) if w else 1.0)
+
+    def stages(c):
+        one, w = c.backend.num_threads == 1, c.data.num_workers
+        data = 0.08 if one and not w else 0.0 if one else 0.02
+        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) / 2}
+
+    runner = FakeRunner(speed, noise=0.005, stages=stages,
+                        signals=lambda c: {} if c.data.num_workers else {"data_cpu_share": 1.0})
+    r = run_agent(runner, tmp_path, only=("threads", "dataloader"))
+    assert r.steps[0].recipe == "threads" and r.steps[0].accepted, r.steps[0].reason
+    loader = [s for s in r.steps if s.recipe == "dataloader"]
+    assert loader, [(s.recipe, s.reason) for s in r.steps]
+    climbed = [t.config for t in loader[0].trials if t.config["data.num_workers"]]
+    assert len(climbed) >= 2 and all(c["backend.num_threads"] == 1 for c in climbed), \
+        [t.changes for t in loader[0].trials]
+    assert "was not climbed at backend.num_threads=" in loader[0].reason, loader[0].reason
+    assert all(t.config["backend.num_threads"] == 1 for t in loader[0].trials), [t.changes for t in loader[0].trials]
+    assert r.final_config["backend.num_threads"] == 1 and not r.final_config["data.num_workers"]
+
+
+def test_a_lever_whose_loss_its_waste_could_cover_is_climbed_at_the_other_threads(tmp_path, monkeypatch):
+    """Decoding at 30% of the step (at most 1.43x): workers read 0.8x at the default threads
+    the 70% compute puts first, a loss removing the wait could more than cover, so the
+    ladder climbs again at one thread, where a worker has a core of its own and gains."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+
+    def speed(c):
+        one, w = c.backend.num_threads == 1, c.data.num_workers
+        return 100.0 * (0.9 if one else 1.0) * ((1.4 if one else 0.8) if w else 1.0)
+
+    stages = {"data": 0.3, "forward": 0.35, "backward": 0.35}
+    runner = FakeRunner(speed, noise=0.005, stages=lambda c: stages,
+                        signals=lambda c: {} if c.data.num_workers else {"data_cpu_share": 1.0})
+    r = run_agent(runner, tmp_path, only=("dataloader",))
+    trials = [t.config for t in r.steps[0].trials if t.config["data.num_workers"]]
+    assert trials[0]["backend.num_threads"] is None, trials
+    assert any(c["backend.num_threads"] == 1 for c in trials), trials
+    assert r.final_config["backend.num_threads"] == 1 and r.final_config["data.num_workers"], r.steps[0].reason
+
+
 def test_the_band_a_single_reading_is_judged_by_is_one_aas_width_not_the_pooled_aas():
     """Two A/As are pooled for the margin, but a search reading has one A/A's worth of
     windows: the band's floor is a single A/A's width, wider than the pooled one's."""
