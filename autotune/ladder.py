@@ -128,11 +128,17 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
                     break  # out of time, or past the range's end (out of memory, over the limit)
                 if last.user_attrs.get("state") == TrialState.SLOW.value and i > 0:
                     break  # stopped far below the incumbent: past the peak
+                first = reading(last) if i == 0 else None
+                if first is not None and first * _reach(sub[lead], (last.user_attrs.get("config") or {}).get(lead)) \
+                        < peak / ctx.band:
+                    break  # a dip the next rung could not make up even in proportion to it
                 if last.state != optuna.trial.TrialState.COMPLETE:
                     continue  # this rung failed (a crash), or the first dipped: the next may not
                 if last.value < peak / ctx.band and i > 0:
                     break  # slower than the best rung beyond the noise: past the peak (the first
-                    # rung may dip: one loader worker is often slower than loading in the step)
+                    # rung may dip: one loader worker is often slower than loading in the step,
+                    # but the next rung reads at most in proportion to it, twice with 2 workers
+                    # of 1: overhead_bound's one worker read 0.41x, two 0.37x)
                 peak = max(peak, last.value)
         else:
             ran += s.run(k, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
@@ -319,13 +325,25 @@ def _nearest(start: TrainConfig, found: TrainConfig, lead: str, close: list[tupl
 
 
 def _lost(climb: RecipeSearch | None, est: float, band: float, bound: float | None) -> float | None:
-    """The best rung's ratio to the incumbent (`est`) where a climb measured at least two
-    rungs and even `bound` (the most removing the lever's waste could gain) would leave the
-    best below the noise band; else None."""
+    """The best rung's ratio to the incumbent (`est`) where even `bound` (the most removing
+    the lever's waste could gain) would leave the climb's best reading below the noise
+    band; else None. (A climb that stopped at its first rung did so because the next could
+    not make up its dip.)"""
     read = [r for t in (climb.finished() if climb is not None else []) if (r := reading(t)) is not None]
-    if bound is None or not math.isfinite(bound) or len(read) < 2 or max(read) * bound >= est / band:
+    if bound is None or not math.isfinite(bound) or not read or max(read) * bound >= est / band:
         return None
     return max(read) / est
+
+
+def _reach(rungs: list[Any], at: Any) -> float:
+    """How many times `at` the rung after it on the ladder is: the most that rung can read
+    over this one (parallel loading scales at most with the workers); unbounded where
+    either is not a positive number."""
+    i = rungs.index(at) if at in rungs else -1
+    if i < 0 or i + 1 >= len(rungs) or not all(isinstance(v, (int, float)) and v > 0 for v in (at, rungs[i + 1])) \
+            or rungs[i + 1] <= at:  # a ladder down (DDP's buckets): no such bound
+        return math.inf
+    return rungs[i + 1] / at
 
 
 def ints(values: list[Any]) -> list[int]:

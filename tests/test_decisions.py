@@ -1341,7 +1341,7 @@ def test_a_loader_look_after_one_thread_was_kept_climbs_at_one_thread(tmp_path, 
 
 def test_a_lever_that_costs_more_than_its_whole_waste_is_not_climbed_at_the_other_threads(tmp_path, monkeypatch):
     """One intra-op thread kept (1.1x), then a data wait of 8% (at most 1.09x): workers read
-    0.41x at the kept thread, so even removing the whole wait leaves them far behind; the
+    0.6x and 0.7x at the kept thread, so even removing the whole wait leaves them behind; the
     loader is not climbed again at the default threads, nor are they tried alone (the threads
     round's question; overhead_bound's s29: three more trials, 10 of its grid's 24), and the
     report says why."""
@@ -1349,7 +1349,7 @@ def test_a_lever_that_costs_more_than_its_whole_waste_is_not_climbed_at_the_othe
 
     def speed(c):
         one, w = c.backend.num_threads == 1, c.data.num_workers
-        return 100.0 * (1.1 if one else 1.0) * ((0.41 if one else 0.45) if w else 1.0)
+        return 100.0 * (1.1 if one else 1.0) * (({1: 0.6, 2: 0.7}.get(w, 0.5) if one else 0.45) if w else 1.0)
 
     def stages(c):
         one, w = c.backend.num_threads == 1, c.data.num_workers
@@ -1368,6 +1368,27 @@ def test_a_lever_that_costs_more_than_its_whole_waste_is_not_climbed_at_the_othe
     assert "was not climbed at backend.num_threads=" in loader[0].reason, loader[0].reason
     assert all(t.config["backend.num_threads"] == 1 for t in loader[0].trials), [t.changes for t in loader[0].trials]
     assert r.final_config["backend.num_threads"] == 1 and not r.final_config["data.num_workers"]
+
+
+def test_a_first_rung_whose_dip_the_next_could_not_make_up_ends_the_ladder(tmp_path, monkeypatch):
+    """A small step waiting 8% on CPU-bound loading: one worker reads 0.41x (the batches'
+    trip between processes costs more than the wait). Two workers could read at most twice
+    that, 0.82x, still beyond the noise: the ladder stops at its first rung, and with a
+    lever that far below what the wait could give (1.09x) no other threads are climbed
+    (overhead_bound's s28 and s29: one worker 0.41x, two 0.37x)."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+
+    def speed(c):
+        return 100.0 * {0: 1.0, 1: 0.41, 2: 0.8}.get(c.data.num_workers, 0.45)
+
+    stages = {"data": 0.08, "forward": 0.46, "backward": 0.46}
+    runner = FakeRunner(speed, noise=0.005, stages=lambda c: stages,
+                        signals=lambda c: {} if c.data.num_workers else {"data_cpu_share": 1.0})
+    r = run_agent(runner, tmp_path, only=("dataloader",))
+    step = r.steps[0]
+    assert [t.config["data.num_workers"] for t in step.trials] == [1], [t.changes for t in step.trials]
+    assert "was not climbed at backend.num_threads=1" in step.reason, step.reason
+    assert not step.accepted
 
 
 def test_a_lever_whose_loss_its_waste_could_cover_is_climbed_at_the_other_threads(tmp_path, monkeypatch):
