@@ -60,7 +60,8 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     """A large space whose first knob is numeric (the recipe's main lever: loader workers,
     DDP bucket size), searched as an engineer would: that knob up a geometric ladder from
     the incumbent (down, when up does not help), stopping at the first rung after the first
-    that is slower than the best so far beyond the noise; then the values between the best
+    that is slower than the best so far beyond the noise (at the first itself where the next
+    could not make up its dip even in proportion to it); then the values between the best
     rung's neighbours; then each other knob changed alone from the best found, and the
     changes that lost less than half the noise band (in log terms: nearer the best's
     reading than the band's edge), together. A change that lost nearly the whole band is
