@@ -271,6 +271,19 @@ def test_the_fastest_fit_of_two_knobs_neither_of_which_fits_alone_is_found_in_fe
     assert all(t.changes for t in step.trials), "the config over the limit is not measured again"
 
 
+def _memory_joint(tmp_path, speed, memory):
+    """The joint memory search under a 100-byte limit on a FakeRunner with bf16 units: the
+    report, its accepted memory-joint step, and each trial's (precision, micro-batch,
+    checkpointing)."""
+    runner = FakeRunner(speed, memory=memory, noise=0.01, stages=lambda c: {"forward": 0.5, "backward": 0.5},
+                        lowp={"bf16": 1.5})
+    r = run_agent(runner, tmp_path, memory_limit=100)
+    step = r.steps[0]
+    assert step.recipe == "memory-joint" and step.accepted, (step.recipe, step.reason)
+    return r, step, [(t.config["precision.amp"], t.config["memory.micro_batch_size"],
+                      t.config["memory.activation_checkpointing"]) for t in step.trials]
+
+
 def test_a_combination_predicted_just_under_the_fastest_fit_is_measured_once(tmp_path):
     """bf16 alone and half the batch alone each read 0.85 of the baseline (over the limit);
     checkpointing alone fits at 0.74. Their product, 0.72, is under checkpointing's reading
@@ -287,11 +300,7 @@ def test_a_combination_predicted_just_under_the_fastest_fit_is_measured_once(tmp
         s = 100.0 * (1.07 if bf16 and mb else 0.85 if bf16 or mb else 1.0)
         return s * (0.74 if ckpt else 1.0)
 
-    runner = FakeRunner(speed, memory=memory, noise=0.01, stages=lambda c: {"forward": 0.5, "backward": 0.5},
-                        lowp={"bf16": 1.5})
-    r = run_agent(runner, tmp_path, memory_limit=100)
-    step = r.steps[0]
-    assert step.recipe == "memory-joint" and step.accepted, (step.recipe, step.reason)
+    r, step, _ = _memory_joint(tmp_path, speed, memory)
     assert r.final_config["precision.amp"] == "bf16" and r.final_config["memory.micro_batch_size"], \
         [t.changes for t in step.trials]
     assert not r.final_config["memory.activation_checkpointing"]
@@ -355,13 +364,7 @@ def test_a_smaller_micro_batch_without_the_precision_of_a_fit_is_not_measured(tm
         s *= (0.98 if bf16 else 0.93) if ckpt else 1.0
         return s * (0.93 if bf16 and mb else 1.0)
 
-    runner = FakeRunner(speed, memory=memory, noise=0.01, stages=lambda c: {"forward": 0.5, "backward": 0.5},
-                        lowp={"bf16": 1.5})
-    r = run_agent(runner, tmp_path, memory_limit=100)
-    step = r.steps[0]
-    assert step.recipe == "memory-joint" and step.accepted, (step.recipe, step.reason)
-    tried = [(t.config["precision.amp"], t.config["memory.micro_batch_size"],
-              t.config["memory.activation_checkpointing"]) for t in step.trials]
+    r, step, tried = _memory_joint(tmp_path, speed, memory)
     assert ("bf16", 16, False) in tried and ("bf16", None, True) in tried, tried
     assert [m for a, m, k in tried if a == "none" and not k] == [16], tried  # no smaller micro-batch alone
     assert len(tried) <= 5, tried
@@ -388,13 +391,7 @@ def test_a_micro_batch_is_measured_once_and_a_flattered_pair_of_knobs_is_not_wal
         s *= 0.88 if ckpt else 1.0
         return s * (0.8 if bf16 and mb else 1.0) * (0.6 if mb and ckpt else 1.0)
 
-    runner = FakeRunner(speed, memory=memory, noise=0.01, stages=lambda c: {"forward": 0.5, "backward": 0.5},
-                        lowp={"bf16": 1.5})
-    r = run_agent(runner, tmp_path, memory_limit=100)
-    step = r.steps[0]
-    assert step.recipe == "memory-joint" and step.accepted, (step.recipe, step.reason)
-    tried = [(t.config["precision.amp"], t.config["memory.micro_batch_size"],
-              t.config["memory.activation_checkpointing"]) for t in step.trials]
+    r, step, tried = _memory_joint(tmp_path, speed, memory)
     assert [m for a, m, k in tried if a == "none" and not k] == [16], tried  # one micro-batch alone
     assert ("bf16", 16, True) not in tried, tried
     assert len(tried) <= 5, tried
@@ -1312,21 +1309,20 @@ def test_workers_are_climbed_with_one_thread_first_where_loading_dominates(tmp_p
     assert _first_loader_trial(tmp_path, monkeypatch, data=0.9)["backend.num_threads"] == 1
 
 
-def test_a_loader_look_after_one_thread_was_kept_climbs_at_one_thread(tmp_path, monkeypatch):
-    """One intra-op thread is kept first (1.1x on this compute-bound step), and the data wait
-    left (6%, CPU work) gets the loader's short look: it climbs at the kept thread, where a
-    worker has the free core, not at the default threads that the step's 94% compute would
-    otherwise put first, which would revert the measured gain (overhead_bound's s28: two
-    trials at 0.45x)."""
+def _loader_after_one_thread(tmp_path, monkeypatch, wait: float, at_one, at_default: float):
+    """One intra-op thread kept first (1.1x on this compute-bound step), then the loader on
+    the CPU-bound data wait it leaves (`wait`: the wait shows once compute is on one core);
+    workers multiply the speed by `at_one(workers)` at one thread, `at_default` at the
+    default threads. The report and the loader's step."""
     monkeypatch.setattr(machine, "cores", lambda: 2)
 
     def speed(c):
         one, w = c.backend.num_threads == 1, c.data.num_workers
-        return 100.0 * (1.1 if one else 1.0) * ((1.06 if one else 0.5) if w else 1.0)
+        return 100.0 * (1.1 if one else 1.0) * ((at_one(w) if one else at_default) if w else 1.0)
 
     def stages(c):
         one, w = c.backend.num_threads == 1, c.data.num_workers
-        data = 0.06 if one and not w else 0.0 if one else 0.02  # the wait shows once compute is on one core
+        data = wait if one and not w else 0.0 if one else 0.02
         return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) / 2}
 
     runner = FakeRunner(speed, noise=0.005, stages=stages,
@@ -1335,38 +1331,29 @@ def test_a_loader_look_after_one_thread_was_kept_climbs_at_one_thread(tmp_path, 
     assert r.steps[0].recipe == "threads" and r.steps[0].accepted, r.steps[0].reason
     loader = [s for s in r.steps if s.recipe == "dataloader"]
     assert loader, [(s.recipe, s.reason) for s in r.steps]
-    assert loader[0].trials[0].config["backend.num_threads"] == 1, [t.changes for t in loader[0].trials]
+    return r, loader[0]
+
+
+def test_a_loader_look_after_one_thread_was_kept_climbs_at_one_thread(tmp_path, monkeypatch):
+    """The data wait left (6%) gets the loader's short look: it climbs at the kept thread,
+    where a worker has the free core, not at the default threads that the step's 94%
+    compute would otherwise put first, which would revert the measured gain
+    (overhead_bound's s28: two trials at 0.45x)."""
+    r, loader = _loader_after_one_thread(tmp_path, monkeypatch, 0.06, lambda w: 1.06, 0.5)
+    assert loader.trials[0].config["backend.num_threads"] == 1, [t.changes for t in loader.trials]
     assert r.final_config["backend.num_threads"] == 1
 
 
 def test_a_lever_that_costs_more_than_its_whole_waste_is_not_climbed_at_the_other_threads(tmp_path, monkeypatch):
-    """One intra-op thread kept (1.1x), then a data wait of 8% (at most 1.09x): workers read
-    0.6x and 0.7x at the kept thread, so even removing the whole wait leaves them behind; the
-    loader is not climbed again at the default threads, nor are they tried alone (the threads
-    round's question; overhead_bound's s29: three more trials, 10 of its grid's 24), and the
-    report says why."""
-    monkeypatch.setattr(machine, "cores", lambda: 2)
-
-    def speed(c):
-        one, w = c.backend.num_threads == 1, c.data.num_workers
-        return 100.0 * (1.1 if one else 1.0) * (({1: 0.6, 2: 0.7}.get(w, 0.5) if one else 0.45) if w else 1.0)
-
-    def stages(c):
-        one, w = c.backend.num_threads == 1, c.data.num_workers
-        data = 0.08 if one and not w else 0.0 if one else 0.02
-        return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) / 2}
-
-    runner = FakeRunner(speed, noise=0.005, stages=stages,
-                        signals=lambda c: {} if c.data.num_workers else {"data_cpu_share": 1.0})
-    r = run_agent(runner, tmp_path, only=("threads", "dataloader"))
-    assert r.steps[0].recipe == "threads" and r.steps[0].accepted, r.steps[0].reason
-    loader = [s for s in r.steps if s.recipe == "dataloader"]
-    assert loader, [(s.recipe, s.reason) for s in r.steps]
-    climbed = [t.config for t in loader[0].trials if t.config["data.num_workers"]]
-    assert len(climbed) >= 2 and all(c["backend.num_threads"] == 1 for c in climbed), \
-        [t.changes for t in loader[0].trials]
-    assert "was not climbed at backend.num_threads=" in loader[0].reason, loader[0].reason
-    assert all(t.config["backend.num_threads"] == 1 for t in loader[0].trials), [t.changes for t in loader[0].trials]
+    """A data wait of 8% (at most 1.09x): workers read 0.6x and 0.7x at the kept thread, so
+    even removing the whole wait leaves them behind; the loader is not climbed again at the
+    default threads, nor are they tried alone (the threads round's question;
+    overhead_bound's s29: three more trials, 10 of its grid's 24), and the report says why."""
+    r, loader = _loader_after_one_thread(tmp_path, monkeypatch, 0.08, lambda w: {1: 0.6, 2: 0.7}.get(w, 0.5), 0.45)
+    climbed = [t.config for t in loader.trials if t.config["data.num_workers"]]
+    assert len(climbed) >= 2, [t.changes for t in loader.trials]
+    assert all(t.config["backend.num_threads"] == 1 for t in loader.trials), [t.changes for t in loader.trials]
+    assert "was not climbed at backend.num_threads=" in loader.reason, loader.reason
     assert r.final_config["backend.num_threads"] == 1 and not r.final_config["data.num_workers"]
 
 
@@ -1503,13 +1490,7 @@ def test_a_smaller_micro_batch_than_one_that_fits_is_not_measured(tmp_path):
         s = 100.0 * (1.5 if bf16 else 1.0) * {None: 1.0, 16: 1.02, 8: 0.8, 4: 0.55, 2: 0.35}[mb]
         return s * (0.7 if ckpt else 1.0) * (0.75 if bf16 and mb else 1.0)
 
-    runner = FakeRunner(speed, memory=memory, noise=0.01, stages=lambda c: {"forward": 0.5, "backward": 0.5},
-                        lowp={"bf16": 1.5})
-    r = run_agent(runner, tmp_path, memory_limit=100)
-    step = r.steps[0]
-    assert step.recipe == "memory-joint" and step.accepted, (step.recipe, step.reason)
-    tried = [(t.config["precision.amp"], t.config["memory.micro_batch_size"],
-              t.config["memory.activation_checkpointing"]) for t in step.trials]
+    r, step, tried = _memory_joint(tmp_path, speed, memory)
     assert ("bf16", 16, False) in tried, tried
     assert not [m for a, m, k in tried if a == "bf16" and not k and m is not None and m < 16], tried
     assert len(tried) <= 5, tried
