@@ -18,7 +18,7 @@ import optuna
 from pydantic import BaseModel
 
 from .version import __version__
-from . import machine
+from . import handoff, machine
 from .config import TrainConfig
 from .diagnose import diagnose
 from .errors import TrialFailed, UserError
@@ -190,6 +190,7 @@ class Agent:
         state = self._state(base_cfg, base)
         r.baseline, r.initial_diagnosis = base, state.verdict
         r.machine.lowp_matmul = self._lowp()
+        r.machine.batch_handoff_s = self._handoff()
         r.final, r.diagnosis, r.final_config = base, state.verdict, base_cfg.flat()
         self.events.phase("A/A noise")
         aa, measured = self._noise(base_cfg)
@@ -198,7 +199,8 @@ class Agent:
                         readings=[m.ratio_only() for m in measured])
         ctx = Context(self.storage, self.study, self.runner, Constraints(self.settings.memory_limit, base.first_losses),
                       self.settings.seed, margin, _band(aa, margin, base, measured), self._compare, self.events,
-                      pool=self.pool, lowp=r.machine.lowp_matmul, nulls=measured, min_gain=MIN_GAIN)
+                      pool=self.pool, lowp=r.machine.lowp_matmul, nulls=measured, min_gain=MIN_GAIN,
+                      handoff_s=r.machine.batch_handoff_s)
         ctx.note(base.config, base.samples_per_s, base.wall_s)
         for m in measured:  # each A/A's two sides: more readings of the baseline to pool
             ctx.note_pairs(base_cfg, base_cfg, m)
@@ -233,12 +235,14 @@ class Agent:
         stacked = False
         while r.stop_reason is None:
             usable = [x for x in self.recipes if new(x, state.config)]
-            choices = rank(usable, state.verdict, device, self.facts, attempts, ctx.margin, s.only, ctx.lowp)
+            hand = handoff.step_share(ctx.handoff_s, state.config, state.summary)  # workers' floor on its wait
+            choices = rank(usable, state.verdict, device, self.facts, attempts, ctx.margin, s.only, ctx.lowp, hand)
             reserve = 3 * (ctx.trial_cost() or 0.0)  # a trial, and the final comparison's windows
             stack = None if choices or stacked or not state.feasible else \
                 stacked_recipe(r.steps, state.config, by_name, ctx.margin)
             if not choices and stack is None:
-                r.stop_reason = stop_reason(state.verdict, ctx.margin, ctx.lowp)
+                r.stop_reason = stop_reason(state.verdict, ctx.margin, ctx.lowp, handoff.why_not(
+                    ctx.handoff_s, state.summary, state.verdict, hand, ctx.margin))
             elif r.budget.trials_used >= s.trials:
                 r.stop_reason = f"trial budget spent ({r.budget.trials_used} of {s.trials})"
             elif deadline and time.time() + reserve >= deadline:
@@ -285,6 +289,15 @@ class Agent:
                             before=Brief.of(state.summary),
                             reason="the run stopped before this round could compare and decide"))
         r.budget.trials_used += measured(trials)
+
+    def _handoff(self) -> float | None:
+        """What receiving a batch from a loader worker costs here (`autotune.handoff`; the
+        base config loads in the step's own process), stored with the run like `_lowp`."""
+        ledger = self._ledger()
+        if "batch_handoff_s" not in ledger.user_attrs:
+            self.events.phase("loader hand-off probe")
+            ledger.set_user_attr("batch_handoff_s", self.runner.batch_handoff())
+        return ledger.user_attrs["batch_handoff_s"]
 
     def _lowp(self) -> dict[str, float]:
         """The low-precision probe of this machine (`autotune.probe`), stored with the run so

@@ -41,8 +41,9 @@ def profile(args: argparse.Namespace) -> int:
     from .loop import resolve_device
     from .measure import measure
     from .agent import MIN_GAIN
-    from . import probe
+    from . import handoff, probe
     from .plan import Attempts, rank
+    from .record import Bottleneck
     from .recipes import load_recipes
     from .report import terminal
     from .units import parse_size
@@ -66,7 +67,10 @@ def profile(args: argparse.Namespace) -> int:
     found = facts(workload)
     # What `autotune tune` would try first, by expected gain per cost (no A/A here: the bar is MIN_GAIN).
     lowp = probe.lowp_matmul(device)
-    fits = [c.recipe for c in rank(recipes, verdict, device.type, found, Attempts(), 1 + MIN_GAIN, lowp=lowp)]
+    hand = handoff.batch_handoff_s(workload, protocol.seed) if any(w.cls is Bottleneck.INPUT for w in verdict.wastes) \
+        else None  # what a worker's batch costs to receive: whether workers can shorten the wait
+    fits = [c.recipe for c in rank(recipes, verdict, device.type, found, Attempts(), 1 + MIN_GAIN, lowp=lowp,
+                                   handoff=handoff.step_share(hand, workload.base_config(), summary))]
     terminal.print_profile(workload.name, device.type, workload.batch_size, summary, verdict, fits, found,
                            ADVICE.get(verdict.bottleneck, "see the evidence above."))
     if json_path:
@@ -74,6 +78,7 @@ def profile(args: argparse.Namespace) -> int:
             "workload": workload.name, "device": device.type, "protocol": protocol.describe().model_dump(mode="json"),
             "measurement": summary.model_dump(mode="json"), "diagnosis": verdict.model_dump(mode="json"),
             "memory_limit_bytes": limit, "recipes": [r.name for r in fits], "lowp_matmul": lowp,
+            "batch_handoff_s": hand,
         }
         write_text(json_path, json.dumps(doc, indent=2))
         terminal.console.print(f"wrote {terminal.escape(str(json_path))}")

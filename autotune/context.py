@@ -68,6 +68,7 @@ class Context:
     looked: list[list[Comparison]] = field(default_factory=list)  # each candidate's fresh looks, for the same spread
     min_gain: float = 0.03  # the least gain worth keeping, whatever the noise
     earlier: Earlier = field(default_factory=dict)  # every config the run's rounds measured, for later rounds
+    handoff_s: float | None = None  # receiving one batch from a loader worker (`autotune.handoff`)
 
     def note(self, config: dict[str, Any], value: float | None, wall: float | None = None) -> None:
         if value is not None:

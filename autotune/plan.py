@@ -20,14 +20,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import probe
+from .handoff import gates
 from .config import TrainConfig
-from .diagnose import ADVICE, COMPUTE_STAGES, material, resolvable
+from .diagnose import ADVICE, COMPUTE_STAGES, amdahl, material, resolvable
 from .errors import ConfigError
 from .recipes import Knob, Recipe
 from .record import Bottleneck, Step, Verdict, Waste
 
-__all__ = ["STACK", "Attempts", "Choice", "expected_gain", "joint_memory_recipe", "rank", "stacked_recipe", "stop_reason"]
+__all__ = ["STACK", "Attempts", "Choice", "expected_gain", "joint_memory_recipe", "moves_loading", "rank", "stacked_recipe",
+           "stop_reason"]
 
+WORKERS = "data.num_workers"
 REVISIT_GROWTH = 1.5  # a target's share must grow this much (and by REVISIT_MIN) to try a recipe again
 REVISIT_MIN = 0.05
 
@@ -94,12 +97,15 @@ class Attempts:
 
 
 def expected_gain(recipe: Recipe, waste: Waste, stages: dict[str, float] | None = None,
-                  lowp: dict[str, float] | None = None) -> float:
+                  lowp: dict[str, float] | None = None, handoff: float | None = None) -> float:
     """The prior gain of `recipe` on one waste, bounded by the waste's measured share (for
     a recipe that acts on one compute stage, that stage's share in `stages`, and of a
     dispatch-bound step's launch cost the part inside that stage: Amdahl). A
     recipe that searches autocast's precision takes its compute speedup from the probe of
-    this machine's matmuls (`lowp`, `autotune.probe`) where there is one."""
+    this machine's matmuls (`lowp`, `autotune.probe`) where there is one. A recipe that
+    moves loading into workers leaves the step receiving its batches from them
+    (`handoff`: that share of the step, where the step loads in its own process and it
+    was measured, `autotune.handoff`): it can remove only the wait beyond that."""
     if waste.cls is Bottleneck.COMPUTE:
         share = waste.share
         if recipe.stage is not None:
@@ -111,6 +117,8 @@ def expected_gain(recipe: Recipe, waste: Waste, stages: dict[str, float] | None 
     if waste.cls is Bottleneck.MEMORY:
         return math.inf if waste.share >= 1.0 else 1.0  # not fitting outranks any speed
     share = waste.share
+    if waste.cls is Bottleneck.INPUT and handoff is not None and moves_loading(recipe):
+        share = max(0.0, share - handoff)
     if waste.cls is Bottleneck.LAUNCH and recipe.stage is not None and stages:
         # The dispatch inside its stage, spread over the model's stages by their time: a fused
         # optimizer removes the optimizer's per-parameter ops, not the forward's.
@@ -119,10 +127,18 @@ def expected_gain(recipe: Recipe, waste: Waste, stages: dict[str, float] | None 
     return 1.0 / max(1e-9, 1.0 - recipe.removes * share)
 
 
+def moves_loading(recipe: Recipe) -> bool:
+    """Whether `recipe` can move the loading out of the training process (loader workers)."""
+    return any(k.key == WORKERS for k in recipe.knobs)
+
+
 def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, bool], attempts: Attempts,
-         margin: float, only: tuple[str, ...] = (), lowp: dict[str, float] | None = None) -> list[Choice]:
+         margin: float, only: tuple[str, ...] = (), lowp: dict[str, float] | None = None,
+         handoff: float | None = None) -> list[Choice]:
     """Every recipe worth a search now, best expected gain per cost first (`lowp`: the
-    low-precision probe, which can say that autocast cannot speed up this machine)."""
+    low-precision probe, which can say that autocast cannot speed up this machine;
+    `handoff`: the share of the step receiving its batches from workers would cost, which
+    can say that workers cannot shorten its data wait)."""
     out = []
     for r in recipes:
         if (only and r.name not in only) or not r.applies(device, facts)[0] or not attempts.may_try(r, verdict):
@@ -131,9 +147,9 @@ def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, 
         for w in verdict.wastes:
             if w.cls not in r.targets or not (material(w, margin) or w.cls is Bottleneck.COMPUTE):
                 continue
-            g = expected_gain(r, w, verdict.evidence.get("stage_shares"), lowp)
-            if g <= 1.0:
-                continue  # the prior says it does nothing to this waste
+            g = expected_gain(r, w, verdict.evidence.get("stage_shares"), lowp, handoff)
+            if g <= 1.0 or (moves_loading(r) and gates(w, handoff, margin)):
+                continue  # the prior says it does nothing to this waste (or too little to resolve)
             score = math.inf if math.isinf(g) else math.log(g) / max(r.cost, 1)
             if best is None or score > best.score:
                 best = Choice(r, w.cls, g, score)
@@ -220,8 +236,9 @@ def stacked_recipe(steps: list[Step], config: TrainConfig, recipes: dict[str, Re
     )
 
 
-def stop_reason(verdict: Verdict, margin: float, lowp: dict[str, float] | None = None) -> str:
-    """Why no recipe is worth trying: what is left, in numbers, and any fix that is code."""
+def stop_reason(verdict: Verdict, margin: float, lowp: dict[str, float] | None = None, why_not: str = "") -> str:
+    """Why no recipe is worth trying: what is left, in numbers, and any fix that is code
+    (`why_not`: why the input waste's recipes were not worth it, where a probe said so)."""
     left = [w for w in verdict.wastes if w.cls is not Bottleneck.COMPUTE]
     if not left or not any(material(w, margin) for w in left):
         rest = "; ".join(f"{w.cls.value} {w.share:.0%} (at most {w.max_gain:.2f}x)" for w in left if w.max_gain)
@@ -233,5 +250,6 @@ def stop_reason(verdict: Verdict, margin: float, lowp: dict[str, float] | None =
                 f"applies was tried{slow}")
     top = next(w for w in left if material(w, margin))
     advice = ADVICE.get(top.cls)
-    return (f"no recipe left for the {top.cls.value} bottleneck ({top.reason})"
+    why = f"; {why_not}" if why_not and top.cls is Bottleneck.INPUT else ""
+    return (f"no recipe left for the {top.cls.value} bottleneck ({top.reason}){why}"
             + (f"; in your code: {advice}" if advice else ""))

@@ -286,6 +286,9 @@ class Machine(Record):
     lowp_matmul: dict[str, float] = Field(default_factory=dict, description=(
         "Each lower precision's matrix-product throughput over fp32's on this CPU (a 512x512 product, best of "
         "up to 40; empty: not measured, as on CUDA). amp is searched for speed only with a dtype at least 1.5x."))
+    batch_handoff_s: float | None = Field(None, description=(
+        "The least time the training process took to receive one of the workload's batches from a loader worker "
+        "(s; null: not measured). Loader workers are not searched where the step loads a batch in less."))
 
 
 class ProtocolRecord(Record):

@@ -22,7 +22,7 @@ from typing import Protocol as TypingProtocol
 
 import torch
 
-from . import probe
+from . import handoff, probe
 from .config import TrainConfig
 from .errors import TrialCut, TrialFailed, UserCodeError, UserError
 from .measure import Protocol, Session
@@ -68,6 +68,9 @@ class TrialRunner(TypingProtocol):
         ...
 
     def lowp_matmul(self) -> dict[str, float]:
+        ...
+
+    def batch_handoff(self) -> float | None:
         ...
 
 
@@ -338,3 +341,7 @@ class Runner:
     def lowp_matmul(self) -> dict[str, float]:
         """Lower precisions' matmul speed over fp32's on this device (`autotune.probe`)."""
         return probe.lowp_matmul(self.device)
+
+    def batch_handoff(self) -> float | None:
+        """What receiving one batch from a loader worker costs here (`autotune.handoff`)."""
+        return handoff.batch_handoff_s(self.workload, self.protocol.seed)

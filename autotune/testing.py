@@ -89,6 +89,8 @@ class FakeRunner(Runner):
         losses: First losses of a config (default: the same for every config).
         signals: Profiler signals of a config beyond the defaults (e.g. `data_cpu_share`).
         lowp: What the low-precision probe reads (`autotune.probe`; default: not measured).
+        handoff: What receiving one batch from a loader worker costs, s (`autotune.handoff`;
+            default: not measured).
 
     Counts every config given to `measure` in `measured` and every `interleave` call in
     `interleaved` (pairs of flat configs).
@@ -100,7 +102,7 @@ class FakeRunner(Runner):
                  losses: Callable[[TrainConfig], list[float]] | None = None,
                  signals: Callable[[TrainConfig], dict] | None = None, batch_size: int = 32,
                  protocol: Protocol | None = None, lowp: dict[str, float] | None = None,
-                 session: float = 0.0) -> None:
+                 session: float = 0.0, handoff: float | None = None) -> None:
         super().__init__(_dummy_workload(batch_size), "fake.py", torch.device("cpu"), protocol or Protocol(windows=4),
                          isolate=False)
         self.speed, self.noise, self.drift, self.rng = speed, noise, drift, random.Random(seed)
@@ -110,6 +112,7 @@ class FakeRunner(Runner):
         self.losses = losses or (lambda c: [1.0, 0.9])
         self.signals = signals or (lambda c: {})
         self.lowp = lowp or {}
+        self.handoff = handoff
         self.windows_taken = 0
         self.measured: list[dict] = []
         self.interleaved: list[tuple[dict, dict]] = []
@@ -127,6 +130,9 @@ class FakeRunner(Runner):
 
     def lowp_matmul(self) -> dict[str, float]:
         return dict(self.lowp)
+
+    def batch_handoff(self) -> float | None:
+        return self.handoff
 
     def open(self, config: TrainConfig, trials: float = 1.0) -> FakeHandle:
         return FakeHandle(self, config)

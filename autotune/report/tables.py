@@ -58,6 +58,7 @@ def run_table(report: Report) -> Table:
         m.cpu, f"{m.cores} cores" if m.cores else "", f"GPU {m.gpu}" if m.gpu else "",
         f"torch {m.torch}" if m.torch else "", f"Python {m.python}" if m.python else "",
         lowp_text(m.lowp_matmul),
+        f"a loader worker's batch received in {m.batch_handoff_s * 1e3:.2f} ms" if m.batch_handoff_s else "",
     ) if p)
     limit = report.memory_limit_bytes
     study = report.study
