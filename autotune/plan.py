@@ -22,13 +22,13 @@ from typing import Any
 from . import probe
 from .handoff import gates
 from .config import TrainConfig
-from .diagnose import ADVICE, COMPUTE_STAGES, amdahl, material, resolvable
+from .diagnose import ADVICE, COMPUTE_STAGES, material, resolvable
 from .errors import ConfigError
 from .recipes import Knob, Recipe
 from .record import Bottleneck, Step, Verdict, Waste
 
-__all__ = ["STACK", "Attempts", "Choice", "expected_gain", "joint_memory_recipe", "moves_loading", "rank", "stacked_recipe",
-           "stop_reason"]
+__all__ = ["STACK", "Attempts", "Choice", "expected_gain", "joint_memory_recipe", "moves_loading", "rank",
+           "stacked_recipe", "stop_reason"]
 
 WORKERS = "data.num_workers"
 REVISIT_GROWTH = 1.5  # a target's share must grow this much (and by REVISIT_MIN) to try a recipe again
