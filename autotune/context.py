@@ -27,15 +27,14 @@ import optuna
 
 from .config import TrainConfig
 from .events import Listener
-from .record import Comparison, Summary, Verdict
+from .record import BAND_CAP, Comparison, Summary, Verdict
 from .runner import TrialRunner
 from .search import Constraints, Earlier, identity
 
-__all__ = ["Context", "State", "changes_text", "digest", "key", "window_band"]
+__all__ = ["BAND_CAP", "Context", "State", "changes_text", "digest", "key", "window_band"]
 
 SPREAD_Z = 2.0  # two single readings apart beyond z standard deviations of their difference: not noise
 SPREAD_DOF = 3  # fewest degrees of freedom (readings beyond the first of each config) to trust the spread
-BAND_CAP = 1.5  # a machine this noisy is said to be so by the A/A; the band never hides a 1.5x loss
 
 
 @dataclass

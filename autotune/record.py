@@ -182,6 +182,11 @@ class Comparison(Ratio):
         return Ratio(ratio=self.ratio, low=self.low, high=self.high, pairs=self.pairs)
 
 
+# A single reading's band is never wider than this from the run's own spread: a machine
+# noisier than that is said to be so by the A/A (`Noise.too_noisy`).
+BAND_CAP = 1.5
+
+
 class Noise(Ratio):
     """The baseline against itself (A/A): what "no change" measures as here.
 
@@ -203,6 +208,13 @@ class Noise(Ratio):
                                "average")
     band_dof: int = Field(0, description="The readings beyond each config's first that the band's spread pools "
                           "(0: the A/A's width alone)")
+
+    def too_noisy(self) -> bool:
+        """Whether the band was wider than `BAND_CAP`, which only the A/As' own width can
+        make it: identical configs read that far apart, so something else was using the
+        machine while the baseline was re-measured (s32: A/As of 1.67x [0.76, 3.65] and
+        1.18x [0.38, 3.63], a band of 4.79, and no gain was kept)."""
+        return self.band is not None and math.isfinite(self.band) and self.band > BAND_CAP
 
 
 class WorkerRef(Record):

@@ -16,7 +16,11 @@ from autotune.agent import Agent, Settings
 from autotune.context import Context
 from autotune.diagnose import diagnose
 from autotune.recipes import load_recipes
-from autotune.report.tables import noise_text
+from autotune.report.fmt import fmt_ratio
+from autotune.report.html import render_html
+from autotune.report.markdown import render_markdown
+from autotune.report.tables import noise_text, noise_warning
+from autotune.report.terminal import print_tune_summary
 from autotune.record import Bottleneck, Signals, StageTime, StepTime, Summary, TrialState
 from autotune.testing import FakeRunner
 from autotune.workload import with_world_size
@@ -585,6 +589,7 @@ def test_two_plausible_aas_are_pooled_and_not_measured_a_third_time(tmp_path):
     r = run_agent(runner, tmp_path, only=("compile",))
     assert runner.aas == 2 and len(r.noise.readings) == 2 and r.noise.pairs == 2 * runner.protocol.windows
     assert "Two A/As" in noise_text(r)
+    assert noise_warning(r) is None and "Noisy machine" not in render_markdown(r)
 
 
 def test_the_aas_pooled_leave_a_side_opened_second_no_margin_and_it_accepts_no_placebo(tmp_path):
@@ -1276,13 +1281,19 @@ def test_the_report_says_which_band_judged_single_readings(tmp_path):
     assert "spread of this run's unpaired readings" in noise_text(r)
 
 
-def test_a_band_set_by_a_wide_aa_is_said_to_be_the_aas(tmp_path):
+def test_a_band_set_by_a_wide_aa_is_said_to_be_the_aas(tmp_path, capsys):
     """Under load the A/A alone can be wider than the spread's cap: the report must not
     credit the run's readings with it."""
     runner = _DisturbedAA(_speed, noise=0.01, disturbed=3, factor=1.8)
     r = run_agent(runner, tmp_path, only=("compile",))
     assert r.noise.band >= r.noise.margin > 1.5 and r.noise.band_dof == 0
     assert "(the A/A's width)" in noise_text(r)
+    # and the user is told, at the top of each report, that the machine was too busy for small gains
+    warning = noise_warning(r)
+    assert warning is not None and fmt_ratio(r.noise.band) in warning and "nothing else running" in warning
+    assert "Noisy machine" in render_markdown(r) and "Noisy machine" in render_html(r)
+    print_tune_summary(r, tmp_path)
+    assert "busy while the run measured" in capsys.readouterr().out
 
 
 def _first_loader_trial(tmp_path, monkeypatch, data: float) -> dict:

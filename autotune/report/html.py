@@ -16,8 +16,8 @@ from autotune.record import Report, Summary, Verdict
 from .charts import e, empty, history_chart, speedup_chart, stage_chart
 from .fmt import Code, fmt_bytes, fmt_ci, fmt_ms, fmt_rate, fmt_ratio, number
 from .tables import (
-    NOT_RECORDED, Table, budget_text, comparison_table, evidence_table, waste_table, headline, noise_text, protocol_table,
-    recommendation_table, run_table, stage_table, step_title, step_verdict, trial_table,
+    NOT_RECORDED, Table, budget_text, comparison_table, evidence_table, waste_table, headline, noise_text, noise_warning,
+    protocol_table, recommendation_table, run_table, stage_table, step_title, step_verdict, trial_table,
 )
 
 __all__ = ["render_html"]
@@ -126,6 +126,8 @@ def _header(report: Report) -> str:
     missing = report.missing()
     notice = (f'<div class="notice"><b>This run is incomplete.</b> Not recorded: {e("; ".join(missing))}.</div>'
               if missing else "")
+    if busy := noise_warning(report):
+        notice += f'<div class="notice"><b>Noisy machine.</b> {e(busy)}</div>'
     return (f'<header><div class="eyebrow">autotune report</div><h1>{e(report.workload or "unnamed workload")}</h1>'
             f'<div class="sub">{e(sub)}</div><p class="headline">{e(headline(report))}</p></header>{notice}')
 

@@ -9,8 +9,8 @@ from autotune.record import Report, Verdict
 
 from .fmt import Code, fmt_ratio, fmt_speedup
 from .tables import (
-    NOT_RECORDED, Table, budget_text, comparison_table, evidence_table, waste_table, headline, noise_text, protocol_table,
-    recommendation_table, run_table, stage_table, step_title, step_verdict, trial_table,
+    NOT_RECORDED, Table, budget_text, comparison_table, evidence_table, waste_table, headline, noise_text, noise_warning,
+    protocol_table, recommendation_table, run_table, stage_table, step_title, step_verdict, trial_table,
 )
 
 __all__ = ["md_code", "md_fence", "md_text", "render_markdown"]
@@ -87,6 +87,8 @@ def _md_head(report: Report) -> list[str]:
     out = [f"# autotune report: {md_text(report.workload or 'unnamed workload')}", "", f"**{md_text(headline(report))}**", ""]
     if missing := report.missing():
         out += [f"> **This run is incomplete.** Not recorded: {md_text('; '.join(missing))}.", ""]
+    if busy := noise_warning(report):
+        out += [f"> **Noisy machine.** {md_text(busy)}", ""]
     return out
 
 

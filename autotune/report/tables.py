@@ -20,6 +20,7 @@ from .fmt import (
 
 __all__ = [
     "NOT_RECORDED", "Table", "budget_text", "comparison_table", "evidence_table", "waste_table", "headline", "noise_text",
+    "noise_warning",
     "protocol_table", "recommendation_table", "run_table", "stage_ms", "stage_names", "stage_table", "step_title",
     "step_verdict", "trial_table",
 ]
@@ -250,6 +251,18 @@ def noise_text(report: Report) -> str:
                 f"slower or faster without a side-by-side comparison ({whence}).")
     return (f"Re-measuring the unchanged baseline (A/A, {n.pairs} interleaved pairs) gave "
             f"{fmt_ratio(n.ratio)} (CI {fmt_ci(n.low, n.high)}){margin}.{again}{band}")
+
+
+def noise_warning(report: Report) -> str | None:
+    """A warning where the machine was too noisy to tell small gains from none (None where not)."""
+    n = report.noise
+    if n is None or not n.too_noisy():
+        return None
+    reads = ", ".join(f"{fmt_ratio(m.ratio)} (CI {fmt_ci(m.low, m.high)})" for m in n.readings if number(m.ratio))
+    return (f"This machine was busy while the run measured: the unchanged baseline against itself read {reads}, so "
+            f"single readings within {fmt_ratio(n.band)} of each other could not be told apart. Gains smaller than "
+            f"that were likely missed (what was kept still cleared its side-by-side looks). Run again with nothing "
+            f"else running (`uptime`'s load near 0) for a finer search.")
 
 
 def budget_text(report: Report) -> str:

@@ -21,7 +21,7 @@ from autotune.record import Report, Summary, Trial, Verdict
 from autotune.units import format_bytes
 
 from .fmt import number
-from .tables import stage_names
+from .tables import noise_warning, stage_names
 
 if TYPE_CHECKING:
     from autotune.recipes import Recipe
@@ -170,6 +170,8 @@ def print_tune_summary(report: Report, out: str | Path) -> None:
     if n is not None and n.measured:
         c.print(f"noise (A/A): {n.ratio:.3f} \\[{n.low:.3f}, {n.high:.3f}]; a first comparison must clear "
                 f"{n.margin:.3f}x to be looked at again, and a kept change's looks {1 + n.min_gain:.3f}x")
+    if busy := noise_warning(report):
+        c.print(f"[yellow]warning:[/] {escape(busy)}")
     c.print(_recommendations_table(report))
     d = report.diagnosis
     c.print(f"final diagnosis: {d.bottleneck.value} ({escape(d.reason)})" if d is not None else "final diagnosis: not recorded")
