@@ -210,11 +210,12 @@ class Noise(Ratio):
                           "(0: the A/A's width alone)")
 
     def too_noisy(self) -> bool:
-        """Whether the band was wider than `BAND_CAP`, which only the A/As' own width can
-        make it: identical configs read that far apart, so something else was using the
-        machine while the baseline was re-measured (s32: A/As of 1.67x [0.76, 3.65] and
-        1.18x [0.38, 3.63], a band of 4.79, and no gain was kept)."""
-        return self.band is not None and math.isfinite(self.band) and self.band > BAND_CAP
+        """Whether the band was wider than `BAND_CAP`, which only the A/As can make it (their
+        width, or their ratio through the margin): identical configs read that far apart, so
+        something else was using the machine while the baseline was re-measured (s32: A/As
+        of 1.67x [0.76, 3.65] and 1.18x [0.38, 3.63], a band of 4.79, and no gain was kept).
+        An unbounded band is the noisiest of all."""
+        return self.band is not None and self.band > BAND_CAP
 
 
 class WorkerRef(Record):

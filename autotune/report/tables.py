@@ -20,9 +20,8 @@ from .fmt import (
 
 __all__ = [
     "NOT_RECORDED", "Table", "budget_text", "comparison_table", "evidence_table", "waste_table", "headline", "noise_text",
-    "noise_warning",
-    "protocol_table", "recommendation_table", "run_table", "stage_ms", "stage_names", "stage_table", "step_title",
-    "step_verdict", "trial_table",
+    "noise_warning", "protocol_table", "recommendation_table", "run_table", "stage_ms", "stage_names", "stage_table",
+    "step_title", "step_verdict", "trial_table",
 ]
 
 Table = tuple[list[str], list[list[Any]]]
