@@ -72,7 +72,10 @@ class Beat:
         if native(self.storage):
             self.storage.record_heartbeat(self.trial_id)
         else:
-            self.storage.set_trial_system_attr(self.trial_id, KEY, time.time())
+            self.storage.set_trial_system_attr(self.trial_id, KEY, self._mark())
+
+    def _mark(self) -> list[int | float]:
+        return [self.trial_id, time.time()]
 
     def _run(self) -> None:
         interval, _ = interval_and_grace()
@@ -84,7 +87,7 @@ class Beat:
 
     def __enter__(self) -> Beat:
         if native(self.storage):  # the first beat also as our own mark: `reap` tells a trial never beaten
-            self.storage.set_trial_system_attr(self.trial_id, KEY, time.time())
+            self.storage.set_trial_system_attr(self.trial_id, KEY, self._mark())
         self.beat()
         self.thread.start()
         return self
@@ -112,13 +115,24 @@ def reap(storage: Any, study: optuna.Study) -> int:
     _, grace = interval_and_grace()
     now = time.time()
     for t in study.get_trials(deepcopy=False, states=(_RUNNING,)):
-        mark = t.system_attrs.get(KEY)
+        mark = _own_mark(t)
         if by_optuna and mark:
             continue  # it beat: Optuna's heartbeat judges it
         last = mark or (t.datetime_start.timestamp() if t.datetime_start else now)
         if now - float(last) > grace:
             _fail_and_retry(storage, study, trial_id(storage, study, t.number))
     return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))) - before
+
+
+def _own_mark(t: optuna.trial.FrozenTrial) -> float | None:
+    """The time of the trial's last beat, if the beat was its own. Optuna's retry callback
+    copies a failed trial's system attributes onto the copy it queues, beat included: read
+    as the copy's, that stale beat failed the copy between its claim and its first beat, and
+    the point was lost twice (CI). A mark names the trial it was written for."""
+    mark = t.system_attrs.get(KEY)
+    if isinstance(mark, list):
+        return float(mark[1]) if mark[0] == t._trial_id else None
+    return None if mark is None else float(mark)  # a bare time: written before marks named their trial
 
 
 def _fail_and_retry(storage: Any, study: optuna.Study, tid: int) -> None:

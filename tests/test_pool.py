@@ -171,6 +171,28 @@ def test_a_trial_claimed_and_never_beaten_is_reaped(storage):
     assert states[0] == optuna.trial.TrialState.FAIL and states[1] == optuna.trial.TrialState.RUNNING
 
 
+def test_a_copy_queued_for_a_lost_trial_is_not_reaped_for_its_predecessors_beat(storage):
+    """CI, journal storage: Optuna's retry callback copies the lost trial's system
+    attributes, its last beat included, onto the copy it queues; the reaper read that stale
+    beat as the copy's and failed the copy between its claim and its first beat. Only a
+    trial's own beat counts; a copy never beaten is judged from its own claim."""
+    study = optuna.create_study(study_name="r", storage=storage)
+    study.enqueue_trial({"x": 1})
+    lost = claim(storage, study)
+    with Beat(storage, lost):  # its worker beat once, then went silent
+        pass
+    time.sleep(6.5)  # past the grace period
+    assert reap(storage, study) == 1
+    copy = claim(storage, study)
+    assert copy is not None and copy != lost
+    assert "autotune:heartbeat" in storage.get_trial(copy).system_attrs  # Optuna copied the stale beat
+    assert reap(storage, study) == 0, "the copy was reaped for its predecessor's silence"
+    assert storage.get_trial(copy).state == optuna.trial.TrialState.RUNNING
+    time.sleep(6.5)  # past the grace period, never beaten: lost too
+    assert reap(storage, study) == 1
+    assert storage.get_trial(copy).state == optuna.trial.TrialState.FAIL
+
+
 def test_a_trial_reaped_before_its_first_beat_is_dropped_not_a_crash(storage):
     """CI, a loaded host: the reaper failed a claimed trial before its worker's first beat,
     and the beat raised out of the worker (UpdateFinishedTrialError): its thread died and
