@@ -42,7 +42,7 @@ def profile(args: argparse.Namespace) -> int:
     from .measure import measure
     from .agent import MIN_GAIN
     from . import handoff, probe
-    from .plan import Attempts, rank
+    from .plan import Attempts, moves_loading, rank
     from .record import Bottleneck
     from .recipes import load_recipes
     from .report import terminal
@@ -69,16 +69,19 @@ def profile(args: argparse.Namespace) -> int:
     lowp = probe.lowp_matmul(device)
     hand = handoff.batch_handoff_s(workload, protocol.seed) if any(w.cls is Bottleneck.INPUT for w in verdict.wastes) \
         else None  # what a worker's batch costs to receive: whether workers can shorten the wait
+    share = handoff.step_share(hand, workload.base_config(), summary)
     fits = [c.recipe for c in rank(recipes, verdict, device.type, found, Attempts(), 1 + MIN_GAIN, lowp=lowp,
-                                   handoff=handoff.step_share(hand, workload.base_config(), summary))]
+                                   handoff=share)]
+    why_not = handoff.why_not(hand, summary, verdict, share, 1 + MIN_GAIN)  # an input waste workers cannot shorten
+    left_out = [f"not listed: {', '.join(r.name for r in recipes if moves_loading(r))}: {why_not}"] if why_not else []
     terminal.print_profile(workload.name, device.type, workload.batch_size, summary, verdict, fits, found,
-                           ADVICE.get(verdict.bottleneck, "see the evidence above."))
+                           ADVICE.get(verdict.bottleneck, "see the evidence above."), left_out)
     if json_path:
         doc = {
             "workload": workload.name, "device": device.type, "protocol": protocol.describe().model_dump(mode="json"),
             "measurement": summary.model_dump(mode="json"), "diagnosis": verdict.model_dump(mode="json"),
             "memory_limit_bytes": limit, "recipes": [r.name for r in fits], "lowp_matmul": lowp,
-            "batch_handoff_s": hand,
+            "batch_handoff_s": hand, "not_listed": left_out,
         }
         write_text(json_path, json.dumps(doc, indent=2))
         terminal.console.print(f"wrote {terminal.escape(str(json_path))}")

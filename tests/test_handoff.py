@@ -122,3 +122,26 @@ def test_the_probe_reads_a_real_hand_off_from_a_worker():
 def test_a_dataset_that_fails_in_the_probe_reads_nothing():
     assert batch_handoff_s(_workload(_Rows(fail=True))) is None
 
+
+
+def test_profile_says_why_the_loader_is_not_listed(tmp_path, monkeypatch, capsys):
+    """`autotune profile` left the loader out of its recipe list without a word where the
+    probe gated it: a recommender whose batches load in 1.25 ms, 29% of its step, read
+    "Bottleneck: input" above a list with no loader recipe in it. It says why now; and
+    where the hand-off is cheap, the loader is listed and nothing is said."""
+    import json
+    from pathlib import Path
+
+    from autotune import handoff
+    from autotune.cli import main
+
+    target = str(Path(__file__).resolve().parents[1] / "examples" / "input_bound.py") + ":small"
+    for hand, gated in ((10.0, True), (0.0, False)):  # a hand-off longer than any step; a free one
+        monkeypatch.setattr(handoff, "batch_handoff_s", lambda workload, seed=0, h=hand: h)
+        out_json = tmp_path / f"p{hand}.json"
+        assert main(["profile", target, "--windows", "2", "--steps", "4", "--warmup", "1", "--json", str(out_json)]) == 0
+        out = capsys.readouterr().out
+        doc = json.loads(out_json.read_text())
+        assert doc["diagnosis"]["bottleneck"] == "input"
+        assert ("not listed: dataloader" in out and "handing a batch over" in out) is gated
+        assert bool(doc["not_listed"]) is gated and ("dataloader" in doc["recipes"]) is not gated

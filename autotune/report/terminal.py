@@ -106,7 +106,7 @@ def recipe_table(recipes: Sequence[Recipe], device: str | None = None, facts: di
 
 
 def print_profile(workload: str, device: str, batch_size: int, summary: Summary, verdict: Verdict,
-                  recipes: Sequence[Recipe], facts: dict[str, bool], advice: str) -> None:
+                  recipes: Sequence[Recipe], facts: dict[str, bool], advice: str, left_out: Sequence[str] = ()) -> None:
     """What `autotune profile` shows: the measurement, its stages, the verdict, the recipes.
 
     Args:
@@ -118,6 +118,7 @@ def print_profile(workload: str, device: str, batch_size: int, summary: Summary,
         recipes: The recipes worth a search, in the order tune tries them.
         facts: What recipes may require of the model (`conv`, `checkpoint_blocks`).
         advice: What to do when no recipe matches.
+        left_out: Why a recipe that targets a waste found is not worth a search (a probe said so).
     """
     c = console
     c.print(f"[bold]{escape(workload)}[/] on {escape(device)}, batch {batch_size}, default config")
@@ -130,6 +131,8 @@ def print_profile(workload: str, device: str, batch_size: int, summary: Summary,
         c.print(recipe_table(recipes, device, facts, title="Recipes worth a search, by expected gain per cost (what tune tries first)"))
     else:
         c.print("No recipe targets this bottleneck: " + escape(advice))
+    for line in left_out:
+        c.print(escape(line))
 
 
 def _rate(x: float | None) -> str:
