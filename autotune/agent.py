@@ -26,7 +26,7 @@ from .events import Listener, Silent
 from .faults import checkpoint
 from .identity import Resume, choose_study, fingerprint, fingerprint_id
 from .lock import Lease
-from .plan import Attempts, joint_memory_recipe, rank, stacked_recipe, stop_reason
+from .plan import Attempts, inapplicable, joint_memory_recipe, rank, stacked_recipe, stop_reason
 from .recipes import Recipe
 from .record import (Bottleneck, Brief, Budget, Comparison, FailureKind, Noise, Ratio, Recommendation, Report, Step,
                      StudyRef, Summary, Trial)
@@ -242,7 +242,8 @@ class Agent:
                 stacked_recipe(r.steps, state.config, by_name, ctx.margin)
             if not choices and stack is None:
                 r.stop_reason = stop_reason(state.verdict, ctx.margin, ctx.lowp, handoff.why_not(
-                    ctx.handoff_s, state.summary, state.verdict, hand, ctx.margin))
+                    ctx.handoff_s, state.summary, state.verdict, hand, ctx.margin)
+                    or inapplicable(self.recipes, state.verdict, device, self.facts, ctx.margin))
             elif r.budget.trials_used >= s.trials:
                 r.stop_reason = f"trial budget spent ({r.budget.trials_used} of {s.trials})"
             elif deadline and time.time() + reserve >= deadline:

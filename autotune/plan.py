@@ -158,6 +158,19 @@ def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, 
     return sorted(out, key=lambda c: (-c.score, c.recipe.cost, c.recipe.name))
 
 
+def inapplicable(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, bool], margin: float) -> str:
+    """Why recipes for a material waste other than compute are not searched on this workload
+    (they need something it lacks), as a clause; "" where none is left out so. A recipe for
+    another device is not named: its waste is not measured here."""
+    wastes = {w.cls for w in verdict.wastes if w.cls is not Bottleneck.COMPUTE and material(w, margin)}
+    out = []
+    for r in recipes:
+        ok, why = r.applies(device, facts)
+        if not ok and device in r.devices and wastes & set(r.targets):
+            out.append(f"{r.name} does not apply: it {why}")
+    return "; ".join(out)
+
+
 def joint_memory_recipe(choices: list[Choice]) -> Recipe | None:
     """The memory-saving recipes among `choices` as one search, when the config does not fit."""
     parts = [c.recipe for c in choices if c.target is Bottleneck.MEMORY and math.isinf(c.expected)]

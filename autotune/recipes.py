@@ -152,6 +152,10 @@ class Recipe:
         missing = [r for r in self.requires if not facts.get(r)]
         if missing:
             return False, "needs " + ", ".join(_NEEDS[m] for m in missing)
+        if facts.get("repeats_in_workers") and any(k.key == "data.num_workers" for k in self.knobs):
+            return False, ("needs a dataset its loader workers split: this IterableDataset yields the same samples in "
+                           "each worker, so N workers would train on each sample N times (split its stream with "
+                           "torch.utils.data.get_worker_info())")
         return True, ""
 
     def space(self, device: str, cores: int, batch: int) -> dict[str, list[Any]]:

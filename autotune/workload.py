@@ -148,11 +148,14 @@ def has_conv(model: torch.nn.Module) -> bool:
 
 
 def facts(workload: Workload) -> dict[str, bool]:
-    """What recipes may require, found by looking at a freshly built model."""
+    """What recipes may require, found by looking at a freshly built model and dataset."""
+    from .shards import repeats_in_workers
+
     torch.manual_seed(0)
     model = call_user("the workload's model factory", workload.model)
     return {"conv": has_conv(model), "checkpoint_blocks": bool(workload.checkpoint_blocks),
-            "distributed": workload.world_size > 1}
+            "distributed": workload.world_size > 1,
+            "repeats_in_workers": repeats_in_workers(workload.make_dataset(), workload.rank_batch, workload.collate_fn)}
 
 
 def load_module_from_file(path: Path, target: str):

@@ -48,6 +48,25 @@ class Empty(torch.utils.data.IterableDataset):
         return iter(())
 
 
+class Stream(torch.utils.data.IterableDataset):
+    """`n` fixed vectors read in order, like a file (`split`: each loader worker reads
+    every `num_workers`-th of them, as `get_worker_info` allows; else each reads them all);
+    `latency_s` per sample, like a remote store."""
+
+    def __init__(self, n: int = 64, split: bool = False, latency_s: float = 0.0) -> None:
+        self.data, self.split, self.latency_s = Vectors(n), split, latency_s
+
+    def __iter__(self):
+        import time
+
+        info = torch.utils.data.get_worker_info()
+        start, step = (info.id, info.num_workers) if self.split and info is not None else (0, 1)
+        for i in range(start, len(self.data), step):
+            if self.latency_s:
+                time.sleep(self.latency_s)
+            yield self.data[i]
+
+
 class Block(nn.Module):
     """A residual MLP block that counts how often its forward runs."""
 
@@ -98,7 +117,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import autotune
-from workloads import *  # Vectors, Images, Empty, Block, mlp, convnet, ce_loss, make, ...
+from workloads import *  # Vectors, Images, Empty, Stream, Block, mlp, convnet, ce_loss, make, ...
 """
 
 
