@@ -27,6 +27,7 @@ import inspect
 from typing import Any
 
 import torch
+from torch.nn.modules.batchnorm import _NormBase
 
 from . import batch as batching
 from .config import TrainConfig
@@ -61,22 +62,45 @@ def dataloader_kwargs(config: TrainConfig) -> dict[str, Any]:
 
 
 def wrap_checkpointing(model: torch.nn.Module, block_types: tuple[type, ...]) -> int:
-    """Recompute each block of `block_types` in backward; returns how many were wrapped."""
+    """Recompute each block of `block_types` in backward; returns how many were wrapped.
+
+    The recomputation runs the block's forward a second time, and a norm layer with running
+    statistics in it (BatchNorm: resnet_jpeg's BasicBlock) would update them twice a step,
+    num_batches_tracked counting 2: the trained model's statistics would differ from the
+    untuned run's. Its statistics are put back as they were after each recomputation (eager;
+    under torch.compile the recomputation is the compiled graph's and updates nothing)."""
     from torch.utils.checkpoint import checkpoint
 
     wrapped = 0
     for module in model.modules():
         if isinstance(module, block_types):
             inner = module.forward
+            norms = [m for m in module.modules() if isinstance(m, _NormBase) and m.track_running_stats]
 
-            def forward(*args, _inner=inner, **kwargs):
-                if torch.is_grad_enabled():
-                    return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
-                return _inner(*args, **kwargs)
+            def forward(*args, _inner=inner, _norms=norms, **kwargs):
+                if not torch.is_grad_enabled():
+                    return _inner(*args, **kwargs)
+                if _norms and not torch.compiler.is_compiling():
+                    kwargs["context_fn"] = lambda: (contextlib.nullcontext(), _stats_kept(_norms))
+                return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
 
             module.forward = forward
             wrapped += 1
     return wrapped
+
+
+@contextlib.contextmanager
+def _stats_kept(norms: list[torch.nn.Module]):
+    """The norm layers' running statistics as they were before the block (a recomputation)."""
+    saved = [{k: b.clone() for k, b in m.named_buffers(recurse=False) if b is not None} for m in norms]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for m, bufs in zip(norms, saved):
+                for k, b in m.named_buffers(recurse=False):
+                    if k in bufs:
+                        b.copy_(bufs[k])
 
 
 def prepare_model(model: torch.nn.Module, config: TrainConfig, checkpoint_blocks: tuple[type, ...] = ()):

@@ -46,7 +46,7 @@ def train(wl: autotune.Workload, steps: int, **changes) -> list[float]:
 def test_trains_with_defaults(small, name, conv):
     wl = small(name)
     assert wl.checkpoint_blocks, "every realistic example hints blocks to checkpoint"
-    assert facts(wl) == {"conv": conv, "checkpoint_blocks": True, "distributed": False}
+    assert facts(wl) == {"conv": conv, "checkpoint_blocks": True, "distributed": False, "repeats_in_workers": False}
     train(wl, 3)
 
 

@@ -16,7 +16,7 @@ from autotune.errors import ConfigError, UserCodeError, UserError
 from autotune.apply import default_threads
 from autotune.loop import Trainer
 from workloads import check_finite
-from workloads import Block, Empty, Images, Vectors, blocks_model, ce_loss, convnet, make, mlp  # noqa: F401
+from workloads import Block, Empty, Images, NormBlock, Vectors, blocks_model, ce_loss, convnet, make, mlp, norm_model  # noqa: F401
 
 CPU = torch.device("cpu")
 
@@ -178,6 +178,21 @@ def test_activation_checkpointing_wraps_the_blocks_and_keeps_the_loss():
     with torch.no_grad():
         ckpt.model(torch.randn(2, 8))
     assert [b.calls for b in blocks_ckpt] == [5, 5]
+
+
+def test_activation_checkpointing_updates_batchnorm_statistics_once_a_step():
+    """The recomputation in backward runs a block's forward again: its BatchNorm updated its
+    running statistics twice a step (num_batches_tracked 2 after one step), so the tuned
+    run's model differed from the untuned one's. They match now, and so do the weights."""
+    wl = make(model=norm_model, checkpoint_blocks=(NormBlock,))
+    plain = trainer(wl)
+    ckpt = trainer(wl, memory__activation_checkpointing=True)
+    assert_close(ckpt.train(3), plain.train(3), rtol=1e-6, atol=1e-6)
+    assert_close(params(ckpt), params(plain), rtol=1e-6, atol=1e-6)
+    stats = [(k, b) for k, b in ckpt.model.named_buffers()]
+    assert len(stats) == 6 and dict(stats)["1.norm.num_batches_tracked"].item() == 3
+    for (k, b), (_, a) in zip(stats, plain.model.named_buffers()):
+        assert_close(b, a, rtol=1e-6, atol=1e-6, msg=k)
 
 
 # --- precision.amp -----------------------------------------------------------------------

@@ -80,6 +80,21 @@ class Block(nn.Module):
         return x + torch.tanh(self.fc(x))
 
 
+class NormBlock(nn.Module):
+    """A residual block with BatchNorm: running statistics a forward updates."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.fc, self.norm = nn.Linear(dim, dim), nn.BatchNorm1d(dim)
+
+    def forward(self, x):
+        return x + torch.relu(self.norm(self.fc(x)))
+
+
+def norm_model() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 16), NormBlock(16), NormBlock(16), nn.Linear(16, 3))
+
+
 def mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3))
 
