@@ -118,7 +118,8 @@ def print_profile(workload: str, device: str, batch_size: int, summary: Summary,
         recipes: The recipes worth a search, in the order tune tries them.
         facts: What recipes may require of the model (`conv`, `checkpoint_blocks`).
         advice: What to do when no recipe matches.
-        left_out: Why a recipe that targets a waste found is not worth a search (a probe said so).
+        left_out: Why a recipe that targets a waste found is not listed (a probe ruled it out, or it needs
+            something the workload lacks).
     """
     c = console
     c.print(f"[bold]{escape(workload)}[/] on {escape(device)}, batch {batch_size}, default config")
