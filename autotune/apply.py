@@ -14,6 +14,9 @@ loop (`autotune.loop.Trainer`) is built from, so production runs what was measur
             (scaler.scale(loss) if scaler else loss).backward()
         ...
 
+The division keeps the whole batch's gradient for a loss that averages its samples; one that
+sums them is not divided (`autotune.reduction.sums_over_samples` tells which, as the trainer does).
+
 Under DDP (`distributed.world_size > 1`, the process group initialised, e.g. by torchrun),
 `prepare_model` wraps the model with `wrap_ddp` and returns the DDP module to call, B is the
 per-rank batch, and each micro-step but the last runs under `no_sync(model, last=False)`.

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import torch
 from torch.utils.data import DataLoader
 
-from . import apply, ranks
+from . import apply, ranks, reduction
 from .config import TrainConfig
 from .errors import ConfigError, UserError, call_user
 from .workload import Workload, has_conv
@@ -128,6 +128,7 @@ class Trainer:
         self.model = model
         self.scaler = apply.grad_scaler(config, device)
         self.accum = apply.accumulation_steps(config, self.rank_batch)
+        self.loss_sums: bool | None = None  # the loss sums its samples: not divided per micro-step (`reduction`)
         self._autocast = apply.autocast(config, device)  # reusable: entered once per micro-step
         self._to_device = device.type != "cpu" or config.layout.channels_last
         self.dataset = workload.make_dataset()
@@ -228,7 +229,7 @@ class Trainer:
                 "(requires_grad=False), so there is nothing to backpropagate; the loss must depend on the "
                 "model's parameters (compute it from model(batch), and not under torch.no_grad() or .detach())."
             )
-        if self.accum > 1:
+        if self.accum > 1 and not self.loss_sums:
             loss = loss / self.accum
         clock.mark("forward")
         with self._range("backward"):
@@ -247,6 +248,8 @@ class Trainer:
         clock.mark("h2d")
         total = None
         parts = apply.micro_batches(batch, c, self.rank_batch) if self.accum > 1 else (batch,)
+        if self.accum > 1 and self.loss_sums is None:  # once, on the first batch
+            self.loss_sums = reduction.sums_over_samples(self.model, self.workload.loss, batch, self.accum, self._autocast)
         for i, part in enumerate(parts):
             with apply.no_sync(self.step_model, last=i == len(parts) - 1):
                 loss = self._micro_step(part, clock)

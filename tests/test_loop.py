@@ -67,7 +67,9 @@ def test_micro_batches_give_the_full_batch_gradients_params_and_losses():
     assert sizes == [16] * 3
     sizes.clear()
     l_micro = micro.train(3)
-    assert sizes == [4] * 12, "the global batch must be split into 4 micro-batches per step"
+    assert sizes[:3] == [4, 2, 2]  # the one look at how the loss reduces its samples (`autotune.reduction`)
+    assert sizes[3:] == [4] * 12, "the global batch must be split into 4 micro-batches per step"
+    assert micro.loss_sums is False
 
     assert_close(l_micro, l_full, rtol=1e-5, atol=1e-5)
     assert len(g_full) == len(g_micro) == 3
@@ -75,6 +77,28 @@ def test_micro_batches_give_the_full_batch_gradients_params_and_losses():
         assert_close(b, a, rtol=1e-5, atol=1e-5)
     assert_close(params(micro), params(full), rtol=1e-5, atol=1e-5)
     assert wl.batch_size == 16  # the global batch is never changed
+
+
+@pytest.mark.parametrize("model", [mlp, norm_model])
+def test_micro_batches_keep_the_gradient_of_a_loss_that_sums_its_samples(model):
+    """Each micro-batch's loss was divided by the micro-steps whatever the loss: a loss that
+    sums its samples (reduction="sum") trained at a quarter of its gradient with 4 micro-steps,
+    a learning rate 4x lower than the untuned run's, and no figure said so. Now the trainer
+    looks once and divides only a loss that averages its samples (BatchNorm in the model too:
+    its batch statistics differ between a batch and its halves, eval mode has none)."""
+
+    def summed(m, batch):
+        return F.cross_entropy(m(batch[0]), batch[1], reduction="sum")
+
+    for loss, sums in ((summed, True), (ce_loss, False)):
+        wl = make(model=model, loss=loss)
+        full, micro = trainer(wl), trainer(wl, memory__micro_batch_size=4)
+        g_full, g_micro = grads_at_step(full), grads_at_step(micro)
+        l_full, l_micro = full.train(2), micro.train(2)
+        assert micro.loss_sums is sums
+        if model is mlp:  # the same gradients, so the same steps (BatchNorm normalises each micro-batch alone)
+            assert_close(l_micro, l_full, rtol=1e-5, atol=1e-4)
+            assert_close(g_micro, g_full, rtol=1e-4, atol=1e-5)
 
 
 def test_micro_batches_split_dict_batches_too():
