@@ -95,15 +95,14 @@ def wrap_checkpointing(model: torch.nn.Module, block_types: tuple[type, ...]) ->
 @contextlib.contextmanager
 def _stats_kept(norms: list[torch.nn.Module]):
     """The norm layers' running statistics as they were before the block (a recomputation)."""
-    saved = [{k: b.clone() for k, b in m.named_buffers(recurse=False) if b is not None} for m in norms]
+    saved = [[b.clone() for b in m.buffers(recurse=False)] for m in norms]
     try:
         yield
     finally:
         with torch.no_grad():
-            for m, bufs in zip(norms, saved):
-                for k, b in m.named_buffers(recurse=False):
-                    if k in bufs:
-                        b.copy_(bufs[k])
+            for m, olds in zip(norms, saved):
+                for b, old in zip(m.buffers(recurse=False), olds):
+                    b.copy_(old)
 
 
 def prepare_model(model: torch.nn.Module, config: TrainConfig, checkpoint_blocks: tuple[type, ...] = ()):

@@ -42,7 +42,7 @@ def profile(args: argparse.Namespace) -> int:
     from .measure import measure
     from .agent import MIN_GAIN
     from . import handoff, probe
-    from .plan import Attempts, inapplicable, moves_loading, rank
+    from .plan import Attempts, inapplicable, rank
     from .record import Bottleneck
     from .recipes import load_recipes
     from .report import terminal
@@ -73,7 +73,7 @@ def profile(args: argparse.Namespace) -> int:
     fits = [c.recipe for c in rank(recipes, verdict, device.type, found, Attempts(), 1 + MIN_GAIN, lowp=lowp,
                                    handoff=share)]
     why_not = handoff.why_not(hand, summary, verdict, share, 1 + MIN_GAIN)  # an input waste workers cannot shorten
-    left_out = [f"not listed: {', '.join(r.name for r in recipes if moves_loading(r))}: {why_not}"] if why_not else []
+    left_out = [f"not listed: {', '.join(r.name for r in recipes if r.moves_loading())}: {why_not}"] if why_not else []
     if cannot := inapplicable(recipes, verdict, device.type, found, 1 + MIN_GAIN):
         left_out.append(f"not listed: {cannot}")
     terminal.print_profile(workload.name, device.type, workload.batch_size, summary, verdict, fits, found,

@@ -27,10 +27,9 @@ from .errors import ConfigError
 from .recipes import Knob, Recipe
 from .record import Bottleneck, Step, Verdict, Waste
 
-__all__ = ["STACK", "Attempts", "Choice", "expected_gain", "joint_memory_recipe", "moves_loading", "rank",
+__all__ = ["STACK", "Attempts", "Choice", "expected_gain", "inapplicable", "joint_memory_recipe", "rank",
            "stacked_recipe", "stop_reason"]
 
-WORKERS = "data.num_workers"
 REVISIT_GROWTH = 1.5  # a target's share must grow this much (and by REVISIT_MIN) to try a recipe again
 REVISIT_MIN = 0.05
 
@@ -117,7 +116,7 @@ def expected_gain(recipe: Recipe, waste: Waste, stages: dict[str, float] | None 
     if waste.cls is Bottleneck.MEMORY:
         return math.inf if waste.share >= 1.0 else 1.0  # not fitting outranks any speed
     share = waste.share
-    if waste.cls is Bottleneck.INPUT and handoff is not None and moves_loading(recipe):
+    if waste.cls is Bottleneck.INPUT and handoff is not None and recipe.moves_loading():
         share = max(0.0, share - handoff)
     if waste.cls is Bottleneck.LAUNCH and recipe.stage is not None and stages:
         # The dispatch inside its stage, spread over the model's stages by their time: a fused
@@ -125,11 +124,6 @@ def expected_gain(recipe: Recipe, waste: Waste, stages: dict[str, float] | None 
         work = sum(stages.get(s, 0.0) for s in COMPUTE_STAGES)
         share *= min(1.0, stages.get(recipe.stage, 0.0) / work) if work > 0 else 1.0
     return 1.0 / max(1e-9, 1.0 - recipe.removes * share)
-
-
-def moves_loading(recipe: Recipe) -> bool:
-    """Whether `recipe` can move the loading out of the training process (loader workers)."""
-    return any(k.key == WORKERS for k in recipe.knobs)
 
 
 def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, bool], attempts: Attempts,
@@ -148,7 +142,7 @@ def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, 
             if w.cls not in r.targets or not (material(w, margin) or w.cls is Bottleneck.COMPUTE):
                 continue
             g = expected_gain(r, w, verdict.evidence.get("stage_shares"), lowp, handoff)
-            if g <= 1.0 or (moves_loading(r) and gates(w, handoff, margin)):
+            if g <= 1.0 or (r.moves_loading() and gates(w, handoff, margin)):
                 continue  # the prior says it does nothing to this waste (or too little to resolve)
             score = math.inf if math.isinf(g) else math.log(g) / max(r.cost, 1)
             if best is None or score > best.score:

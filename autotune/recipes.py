@@ -29,6 +29,7 @@ SHIPPED_PACKAGE = "autotune.recipe_files"
 FACTS = ("conv", "checkpoint_blocks", "distributed")
 _NEEDS = {"conv": "a convolutional model", "checkpoint_blocks": "Workload.checkpoint_blocks",
           "distributed": "a distributed workload (Workload.world_size > 1)"}
+WORKERS = "data.num_workers"
 MAX_TRIALS = 10_000  # a recipe's own trial count; --trials bounds the run as a whole
 
 
@@ -152,11 +153,15 @@ class Recipe:
         missing = [r for r in self.requires if not facts.get(r)]
         if missing:
             return False, "needs " + ", ".join(_NEEDS[m] for m in missing)
-        if facts.get("repeats_in_workers") and any(k.key == "data.num_workers" for k in self.knobs):
+        if facts.get("repeats_in_workers") and self.moves_loading():
             return False, ("needs a dataset its loader workers split: this IterableDataset yields the same samples in "
                            "each worker, so N workers would train on each sample N times (split its stream with "
                            "torch.utils.data.get_worker_info())")
         return True, ""
+
+    def moves_loading(self) -> bool:
+        """Whether it can move the loading out of the training process (loader workers)."""
+        return any(k.key == WORKERS for k in self.knobs)
 
     def space(self, device: str, cores: int, batch: int) -> dict[str, list[Any]]:
         out = {k.key: k.values(device, cores, batch) for k in self.knobs}
