@@ -28,7 +28,7 @@ from autotune.recipes import Recipe
 from autotune.record import Comparison, Report, Trial
 from autotune.runner import Runner
 from autotune.search import Constraints, normalized, quiet_optuna
-from autotune.stats import paired_ratio
+from autotune.stats import looks_ratio, paired_ratio
 
 Log = Callable[[str], None]
 
@@ -168,10 +168,10 @@ JUDGE_ROUNDS = 4  # at most this many times the protocol's rounds (the extra one
 
 
 def _widest(focus: tuple[str, list[str]], configs: dict[str, TrainConfig], windows: dict[tuple, list[float]],
-            chosen_on: dict[tuple, list[float]], failed: dict[tuple, str]) -> float:
-    """The half-width (log ratio) of the focus label's paired interval against the leader
-    of the others so far (on the rounds that pick it: `chosen_on` when split); 0 when the
-    focus label is the leader's config."""
+            chosen_on: dict[tuple, list[float]], failed: dict[tuple, str], sessions: dict[tuple, list[int]]) -> float:
+    """The half-width (log ratio) of the focus label's interval against the leader of the
+    others so far (the leader picked on `chosen_on` when split; the interval over
+    `sessions`); 0 when the focus label is the leader's config."""
     label, others = focus
     mine = _key(configs[label]) if label in configs else None
     keys = {_key(configs[o]) for o in others if o in configs} - set(failed)
@@ -181,8 +181,25 @@ def _widest(focus: tuple[str, list[str]], configs: dict[str, TrainConfig], windo
     leader = max(keys, key=lambda k: harmonic(chosen_on[k] or windows[k]))
     if leader == mine:
         return 0.0
-    r = paired_ratio(windows[mine], windows[leader])
+    if len(set(sessions[mine]) & set(sessions[leader])) < 2:
+        return math.inf  # one session each: the spread between sessions is not seen yet
+    r = session_ratio(windows[mine], sessions[mine], windows[leader], sessions[leader])
     return math.log(r["high"] / r["ratio"]) if r["pairs"] > 1 else math.inf
+
+
+def session_ratio(a: list[float], a_sessions: list[int], b: list[float], b_sessions: list[int]) -> dict[str, Any]:
+    """b/a from windows taken in turns, each tagged with the session (process) it came from.
+    Where the two shared more than one session, each session's pairs are one look and the
+    interval is the spread between looks (`looks_ratio`): windows of one session share its
+    placement, so its pairs are not independent draws (resnet_jpeg's channels_last with
+    one thread over the default read 1.20x, 1.14x and 0.94x in three fresh sessions of five
+    pairs, each look's own pairs within +-7%). With one session, its pairs (`paired_ratio`)."""
+    shared = sorted(set(a_sessions) & set(b_sessions))
+    looks = [([x for x, t in zip(a, a_sessions) if t == s], [y for y, t in zip(b, b_sessions) if t == s])
+             for s in shared]
+    if sum(min(len(xs), len(ys)) > 1 for xs, ys in looks) < 2:
+        return paired_ratio([x for xs, ys in looks for x in xs[:len(ys)]], [y for xs, ys in looks for y in ys[:len(xs)]])
+    return looks_ratio(looks, [])
 
 
 def judge(runner: Runner, configs: dict[str, TrainConfig], infeasible: set[str], log: Log,
@@ -196,17 +213,19 @@ def judge(runner: Runner, configs: dict[str, TrainConfig], infeasible: set[str],
     windows each read ~9% high on FakeRunner), which would count against any other method.
 
     `focus`: (label, others): past the protocol's rounds, rounds go on in blocks of four
-    (both orders, both halves) while the paired interval of `label` against the leader of
-    `others` (the fastest so far, when it is another config) is wider than
-    +-JUDGE_HALF_WIDTH, up to JUDGE_ROUNDS
+    (both orders), each block in fresh sessions of those configs and held out or picking in
+    alternate blocks (a lucky session would otherwise pick its config and then measure it), while the
+    interval of `label` against the leader of `others` (the fastest so far, when it is
+    another config) is wider than +-JUDGE_HALF_WIDTH (`session_ratio`: the spread between
+    sessions, so at least one fresh block where the two differ), up to JUDGE_ROUNDS
     times the rounds: on a machine whose windows vary 20%, five pairs leave a 0.95 point
     estimate between two equal configs to chance (decode_bound: 0.74 [0.54, 1.00], then
-    0.91 [0.76, 1.09]); a quiet case stops at the protocol's rounds. Those rounds play
+    0.91 [0.76, 1.09]); a quiet case stops a few blocks in. Those rounds play
     only `label` and `others`: the question is theirs, and a pair's two windows then lie
     at most a few windows apart instead of the whole round robin (compute_bound's windows
     of one config drifted from ~2,700 to ~4,000 samples/s within its judge).
 
-    Returns per label the windows and throughput, and `ratio(a, b)`-ready window lists.
+    Returns per label the windows, their sessions and throughput, `ratio(a, b)`-ready.
     """
     t0 = time.perf_counter()
     distinct: dict[tuple, list[str]] = {}
@@ -218,35 +237,52 @@ def judge(runner: Runner, configs: dict[str, TrainConfig], infeasible: set[str],
     handles, failed = {}, {}
     windows: dict[tuple, list[float]] = {k: [] for k in keys}
     chosen_on: dict[tuple, list[float]] = {k: [] for k in keys}
+    sessions: dict[tuple, list[int]] = {k: [] for k in keys}  # the session of each of `windows`
+    session: dict[tuple, int] = {}
+
+    def start(k: tuple, s: int) -> None:
+        if k in handles:
+            handles.pop(k).close()
+        try:
+            handles[k], session[k] = runner.open(configs[distinct[k][0]]), s
+        except TrialFailed as exc:
+            failed[k] = f"{exc.kind.value}: {exc.reason}"
+
     try:
         for k in keys:
-            try:
-                handles[k] = runner.open(configs[distinct[k][0]])
-            except TrialFailed as exc:
-                failed[k] = f"{exc.kind.value}: {exc.reason}"
+            start(k, 0)
 
-        def play(r: int, keys: list[tuple]) -> None:
+        def play(r: int, keys: list[tuple], held: bool | None = None) -> None:
             for k in (keys if r % 2 == 0 else keys[::-1]):
                 if k in failed or k not in handles:
                     continue
                 try:
-                    (windows if not split or held_out(r) else chosen_on)[k].append(handles[k].window())
+                    thr = handles[k].window()
                 except TrialFailed as exc:
                     failed[k] = f"{exc.kind.value}: {exc.reason}"
+                    continue
+                if not split or (held_out(r) if held is None else held):
+                    windows[k].append(thr), sessions[k].append(session[k])
+                else:
+                    chosen_on[k].append(thr)
             log(f"  judge round {r + 1}/{rounds}")
 
         for r in range(rounds):
             play(r, keys)
-        cap = rounds * JUDGE_ROUNDS
+        cap, block = rounds * JUDGE_ROUNDS, 0
         if focus:
             mine = {_key(configs[x]) for x in (focus[0], *focus[1]) if x in configs}
             few = [k for k in keys if k in mine]
-        while focus and rounds + 4 <= cap and _widest(focus, configs, windows, chosen_on, failed) > JUDGE_HALF_WIDTH:
+        while focus and rounds + 4 <= cap and \
+                _widest(focus, configs, windows, chosen_on, failed, sessions) > JUDGE_HALF_WIDTH:
             log(f"  judge: {focus[0]} against the leading grid config still wider than +-{JUDGE_HALF_WIDTH:.0%}; "
-                f"4 rounds more of those {len(few)} configs")
-            rounds += 4
+                f"4 rounds more of those {len(few)} configs, each in a fresh session")
+            rounds, block = rounds + 4, block + 1
+            for k in few:
+                if k not in failed:
+                    start(k, block)
             for r in range(rounds - 4, rounds):
-                play(r, few)
+                play(r, few, held=block % 2 == 1 if split else None)
     finally:
         for h in handles.values():
             h.close()
@@ -258,7 +294,7 @@ def judge(runner: Runner, configs: dict[str, TrainConfig], infeasible: set[str],
                                     "reason": "infeasible in its measurement" if label in infeasible else failed[k]}
         else:
             out["labels"][label] = {"samples_per_s": harmonic(windows[k]), "windows": windows[k], "config": cfg.flat(),
-                                    "same_as": [x for x in distinct[k] if x != label]}
+                                    "sessions": sessions[k], "same_as": [x for x in distinct[k] if x != label]}
             if split:
                 out["labels"][label] |= {"selection_samples_per_s": harmonic(chosen_on[k]),
                                          "selection_windows": chosen_on[k]}
@@ -272,7 +308,8 @@ def fastest(judged: dict[str, Any], labels: list[str]) -> str:
 
 
 def ratio(judged: dict[str, Any], a: str, b: str) -> dict[str, Any]:
-    """Judged throughput of `b` over `a` from the paired round-robin windows, with a 95% CI."""
+    """Judged throughput of `b` over `a` from the windows taken in turns, with a 95% CI
+    over the sessions they share (`session_ratio`)."""
     la, lb = judged["labels"][a], judged["labels"][b]
     if la["samples_per_s"] == 0 and lb["samples_per_s"] > 0:  # only b is feasible: b is better without bound
         return {"ratio": None, "low": None, "high": None, "pairs": 0, "only_b_feasible": True}
@@ -281,4 +318,5 @@ def ratio(judged: dict[str, Any], a: str, b: str) -> dict[str, Any]:
         return {"ratio": r, "low": r, "high": r, "pairs": 0, "infeasible": True}
     if la["config"] == lb["config"]:
         return {"ratio": 1.0, "low": 1.0, "high": 1.0, "pairs": len(la["windows"]), "same_config": True}
-    return paired_ratio(la["windows"], lb["windows"])
+    return session_ratio(la["windows"], la.get("sessions") or [0] * len(la["windows"]),
+                         lb["windows"], lb.get("sessions") or [0] * len(lb["windows"]))
