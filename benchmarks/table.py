@@ -195,8 +195,10 @@ def to_markdown(report: dict[str, Any]) -> str:
             "Throughput and ratios come from re-measuring every method's chosen config in turns (round robin), the "
             "grid's best few among them: the grid's best is the fastest of those on rounds of their own (the figures "
             "use the other half). Where autotune's interval against the leading one of them is wider than +-5%, rounds of "
-            "autotune and the grid's best few alone go on, up to four times as many ("
-            + "; ".join(f"{c['name']}: {c['judge_rounds']}" for c in cases if c.get("judge_rounds")) + " rounds). Trials, "
+            "autotune and the grid's best few alone go on in blocks of four, each block in fresh sessions (processes) "
+            "and alternately held out and picking, up to four times as many ("
+            + "; ".join(f"{c['name']}: {c['judge_rounds']}" for c in cases if c.get("judge_rounds")) + " rounds); "
+            "an interval over several sessions counts each session's pairs once (the spread between sessions). Trials, "
             "wall time and 'search samples/s' are each method's own search (the grid's: its stored measurement; blind "
             "TPE and random search: stored look-ups, with autotune's trial count).", "",
             *methods_table(cases), "", "## Anytime curves", "",

@@ -209,3 +209,20 @@ def test_the_judges_interval_holds_the_spread_between_sessions():
         logs.append(math.log(r["ratio"]))
     assert held >= 32
     assert abs(statistics.fmean(logs)) < math.log(1.025)
+
+
+def test_a_judged_ratio_counts_each_shared_session_once():
+    """Two sessions whose pairs each agree closely but disagree with each other: the
+    interval over sessions is wide; pooled as one session's pairs it would be narrow. A
+    label measured in one session only (the default) is paired on that session's windows."""
+    from autotune.stats import paired_ratio
+    from benchmarks.methods import session_ratio
+
+    a = [100.0, 101.0, 99.0, 100.0, 100.0, 100.0]
+    b = [120.0, 121.0, 119.0, 95.0, 96.0, 94.0]
+    over = session_ratio(a, [0, 0, 0, 1, 1, 1], b, [0, 0, 0, 1, 1, 1])
+    pooled = paired_ratio(a, b)
+    assert over["looks"] == 2 and over["pairs"] == 6
+    assert over["high"] / over["low"] > 2 * pooled["high"] / pooled["low"]
+    alone = session_ratio(a, [0, 0, 0, 1, 1, 1], b[:3], [0, 0, 0])
+    assert alone == paired_ratio(a[:3], b[:3])
