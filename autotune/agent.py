@@ -26,9 +26,10 @@ from .events import Listener, Silent
 from .faults import checkpoint
 from .identity import Resume, choose_study, fingerprint, fingerprint_id
 from .lock import Lease
-from .plan import Attempts, inapplicable, joint_memory_recipe, rank, stacked_recipe, stop_reason
+from .plan import Attempts, closing_recipe, inapplicable, joint_memory_recipe, rank, stop_reason
 from .recipes import Recipe
-from .record import (Bottleneck, Brief, Budget, Comparison, FailureKind, Noise, Ratio, Recommendation, Report, Step,
+from .recommend import recommendations
+from .record import (Bottleneck, Brief, Budget, Comparison, FailureKind, Noise, Ratio, Report, Step,
                      StudyRef, Summary, Trial)
 from .context import BAND_CAP, Context, State, window_band
 from .rounds import play
@@ -232,14 +233,14 @@ class Agent:
             range past its cores; a revisit of a knob already at its only value)."""
             return any(v != config.get(k) for k, vs in recipe.space(device, cores, batch).items() for v in vs)
 
-        stacked = False
+        closed: set[str] = set()  # the closing recipes played (`plan.closing_recipe`)
         while r.stop_reason is None:
             usable = [x for x in self.recipes if new(x, state.config)]
             hand = handoff.step_share(ctx.handoff_s, state.config, state.summary)  # workers' floor on its wait
             choices = rank(usable, state.verdict, device, self.facts, attempts, ctx.margin, s.only, ctx.lowp, hand)
             reserve = 3 * (ctx.trial_cost() or 0.0)  # a trial, and the final comparison's windows
-            stack = None if choices or stacked or not state.feasible else \
-                stacked_recipe(r.steps, state.config, by_name, ctx.margin)
+            stack = None if choices or not state.feasible else \
+                closing_recipe(r.steps, state.config, by_name, ctx.margin, closed)
             if not choices and stack is None:
                 r.stop_reason = stop_reason(state.verdict, ctx.margin, ctx.lowp, handoff.why_not(
                     ctx.handoff_s, state.summary, state.verdict, hand, ctx.margin)
@@ -251,8 +252,9 @@ class Agent:
             if r.stop_reason is not None:
                 break
             joint = joint_memory_recipe(choices)
-            if stack is not None:  # every recipe was tried: the near-misses together, once
-                stacked, by_name[stack.name] = True, stack
+            if stack is not None:  # every recipe was tried: the near-misses together, then undoes
+                by_name[stack.name] = stack
+                closed.add(stack.name)
                 recipe, target, expected = stack, state.verdict.bottleneck, stack.compute_speedup
             else:
                 recipe, target, expected = (joint, Bottleneck.MEMORY, math.inf) if joint else (
@@ -360,35 +362,3 @@ def _band(aa: Comparison, margin: float, base: Summary, measured: list[Compariso
     else:
         aa_width = aa.high / aa.low if aa.measured and aa.low else 1.10
     return max(margin, aa_width, min(BAND_CAP, windows))
-
-
-def recommendations(steps: list[Step], recipes: dict[str, Recipe]) -> list[Recommendation]:
-    """One per recipe tried that produced a candidate, ranked: accepted by gain, then rejected."""
-    out = []
-    for st in steps:
-        sp = st.speedup
-        rec = Recommendation(recipe=st.recipe, changes=st.changes, speedup=sp.ratio if sp else None,
-                             ci=[sp.low, sp.high] if sp else [None, None], accepted=st.accepted,
-                             reason=None if st.accepted else st.reason)
-        before, after = st.before, st.after
-        if after:
-            if after.peak_memory_bytes is not None and before.peak_memory_bytes is not None:
-                rec.memory_delta_bytes = after.peak_memory_bytes - before.peak_memory_bytes
-            extra = after.one_time_s - before.one_time_s
-            rec.one_time_s = extra
-            saved = (before.step_time_s or 0) - (after.step_time_s or 0)
-            rec.payoff_steps = (0 if extra <= 0 else int(extra / saved) + 1) if saved > 0 else None
-        recipe = recipes.get(st.recipe)
-        if recipe and recipe.snippet and st.changes:
-            rec.snippet = render_snippet(recipe.snippet, st.after_config or {})
-        out.append(rec)
-    return sorted(out, key=lambda x: (not x.accepted, -(x.speedup or 0)))
-
-
-def render_snippet(template: str, config: dict[str, Any]) -> str:
-    """The recipe's snippet with `{dotted.key}` filled from the config it recommends."""
-    text = template
-    for key, value in config.items():
-        text = text.replace("{" + key + "}", str(value))
-    return text
-

@@ -27,8 +27,8 @@ from .errors import ConfigError
 from .recipes import Knob, Recipe
 from .record import Bottleneck, Step, Verdict, Waste
 
-__all__ = ["STACK", "Attempts", "Choice", "expected_gain", "inapplicable", "joint_memory_recipe", "rank",
-           "stacked_recipe", "stop_reason"]
+__all__ = ["STACK", "UNDO", "Attempts", "Choice", "closing_recipe", "expected_gain", "inapplicable",
+           "joint_memory_recipe", "rank", "stacked_recipe", "stop_reason", "undo_recipe"]
 
 REVISIT_GROWTH = 1.5  # a target's share must grow this much (and by REVISIT_MIN) to try a recipe again
 REVISIT_MIN = 0.05
@@ -241,6 +241,50 @@ def stacked_recipe(steps: list[Step], config: TrainConfig, recipes: dict[str, Re
         source="stack of " + ", ".join(st.recipe for st in parts),
         compute_speedup=math.prod(st.speedup.ratio for st in parts), together=True,
     )
+
+
+UNDO = "undo-"  # the name of a recipe that undoes a kept one: "undo-threads"
+
+
+def undo_recipe(steps: list[Step], config: TrainConfig, done: set[str]) -> Recipe | None:
+    """The earliest change kept before another kept change, undone, as a recipe of one
+    config (None when there is none left to try).
+
+    A kept change was measured against the config of its round; each change kept after it
+    alters the code it runs beside, and can turn its gain into a loss. gpt (s35, Zen 4):
+    one intra-op thread read 1.20x [1.14, 1.27] over 3 looks on the eager default and was
+    kept; the fused AdamW and compile kept after it each run their kernels wide, and the
+    judge read the final config 0.84 of the same without the thread limit (the stored grid:
+    fused at the default threads 2,052 samples/s, with one thread 1,589). An engineer checks
+    each earlier fix again in the final config; so does this, one undo each, oldest first
+    (its comparison is the most out of date), under the same decision as any candidate.
+    Changes kept to fit the memory limit are not undone (the config would not fit)."""
+    kept = [st for st in steps if st.accepted and st.changes and st.bottleneck is not Bottleneck.MEMORY]
+    for st in kept[:-1]:
+        name = UNDO + st.recipe
+        back = {k: v[0] for k, v in st.changes.items() if config.get(k) == v[1]}
+        if name in done or not back or st.recipe.startswith(UNDO):
+            continue
+        try:
+            config.with_changes(back)
+        except ConfigError:
+            continue  # a later change needs it (workers that a later persistent_workers relies on)
+        gain = st.speedup.ratio if st.speedup and st.speedup.ratio else 1.0
+        return Recipe(
+            name=name, summary=f"{st.recipe} (kept in round {st.round} at {gain:.2f}x) undone in the final config: "
+            "the changes kept after it may have turned its gain",
+            targets=tuple(Bottleneck), cost=0, devices=("cpu", "cuda"), requires=(),
+            knobs=tuple(Knob(k, (v,)) for k, v in back.items()), trials=1, tradeoffs="", source=f"undo of {st.recipe}",
+            compute_speedup=1.0, together=True)
+    return None
+
+
+def closing_recipe(steps: list[Step], config: TrainConfig, recipes: dict[str, Recipe], margin: float,
+                   done: set[str]) -> Recipe | None:
+    """Once every recipe was tried: the near-misses stacked (once), then each earlier kept
+    change undone (once each); None when neither is left (`done`: the names played)."""
+    stack = None if STACK in done else stacked_recipe(steps, config, recipes, margin)
+    return stack or undo_recipe(steps, config, done)
 
 
 def stop_reason(verdict: Verdict, margin: float, lowp: dict[str, float] | None = None, why_not: str = "") -> str:

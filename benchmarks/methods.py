@@ -198,7 +198,8 @@ def session_ratio(a: list[float], a_sessions: list[int], b: list[float], b_sessi
     looks = [([x for x, t in zip(a, a_sessions) if t == s], [y for y, t in zip(b, b_sessions) if t == s])
              for s in shared]
     if sum(min(len(xs), len(ys)) > 1 for xs, ys in looks) < 2:
-        return paired_ratio([x for xs, ys in looks for x in xs[:len(ys)]], [y for xs, ys in looks for y in ys[:len(xs)]])
+        return paired_ratio([x for xs, ys in looks for x in xs[:len(ys)]],
+                            [y for xs, ys in looks for y in ys[:len(xs)]])
     return looks_ratio(looks, [])
 
 
@@ -213,9 +214,9 @@ def judge(runner: Runner, configs: dict[str, TrainConfig], infeasible: set[str],
     windows each read ~9% high on FakeRunner), which would count against any other method.
 
     `focus`: (label, others): past the protocol's rounds, rounds go on in blocks of four
-    (both orders), each block in fresh sessions of those configs and held out or picking in
-    alternate blocks (a lucky session would otherwise pick its config and then measure it), while the
-    interval of `label` against the leader of `others` (the fastest so far, when it is
+    (both orders), each block in fresh sessions of those configs and held out or picking
+    in alternate blocks (a lucky session would otherwise pick its config and then measure
+    it), while the interval of `label` against the leader of `others` (the fastest so far, when it is
     another config) is wider than +-JUDGE_HALF_WIDTH (`session_ratio`: the spread between
     sessions, so at least one fresh block where the two differ), up to JUDGE_ROUNDS
     times the rounds: on a machine whose windows vary 20%, five pairs leave a 0.95 point
