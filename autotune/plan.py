@@ -257,8 +257,14 @@ def undo_recipe(steps: list[Step], config: TrainConfig, done: set[str]) -> Recip
     judge read the final config 0.84 of the same without the thread limit (the stored grid:
     fused at the default threads 2,052 samples/s, with one thread 1,589). An engineer checks
     each earlier fix again in the final config; so does this, one undo each, oldest first
-    (its comparison is the most out of date), under the same decision as any candidate.
-    Changes kept to fit the memory limit are not undone (the config would not fit)."""
+    (its comparison is the most out of date), under the same decision as any candidate,
+    and goes on to the next only while undoes are kept: an undo rejected says the oldest
+    change held in the final config, and the younger ones were measured against configs
+    closer to it (a trial each would cost overhead_bound, with three kept changes, 7 of its
+    grid's 24 where 5 found its best). Changes kept to fit the memory limit are not undone
+    (the config would not fit)."""
+    if any(st.recipe.startswith(UNDO) and not st.accepted for st in steps):
+        return None
     kept = [st for st in steps if st.accepted and st.changes and st.bottleneck is not Bottleneck.MEMORY]
     for st in kept[:-1]:
         name = UNDO + st.recipe

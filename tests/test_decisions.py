@@ -1614,3 +1614,21 @@ def test_a_kept_change_that_a_later_one_turned_into_a_loss_is_undone(tmp_path, m
     kept = {x.recipe: x for x in r.recommendations}
     assert not kept["threads"].accepted and "undone in round 3" in kept["threads"].reason
     assert kept["optimizer-impl"].accepted and kept["undo-threads"].accepted
+
+
+def test_undoing_stops_at_the_first_kept_change_that_holds(tmp_path, monkeypatch):
+    """Three changes kept, each still a gain in the final config: the oldest is undone once
+    (rejected: it held) and the younger ones are not undone at all (their comparisons were
+    against configs closer to the final one): one trial, not two."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+
+    def speed(c):
+        return 100.0 * (1.5 if c.optimizer.impl == "fused" else 1.0) * (1.3 if c.backend.num_threads == 1 else 1.0) \
+            * (1.2 if c.compile.mode == "default" else 1.0)
+
+    r = run_agent(FakeRunner(speed, noise=0.002, stages=lambda c: COMPUTE_ONLY), tmp_path,
+                  only=("optimizer-impl", "threads", "compile"))
+    undoes = [(s.recipe, s.accepted) for s in r.steps if s.recipe.startswith("undo-")]
+    kept = [s.recipe for s in r.steps if s.accepted]
+    assert len(kept) == 3, [(s.recipe, s.accepted, s.reason) for s in r.steps]
+    assert undoes == [("undo-" + kept[0], False)], undoes
