@@ -278,7 +278,7 @@ def undo_recipe(steps: list[Step], config: TrainConfig, done: set[str]) -> Recip
         gain = st.speedup.ratio if st.speedup and st.speedup.ratio else 1.0
         return Recipe(
             name=name, summary=f"{st.recipe} (kept in round {st.round} at {gain:.2f}x) undone in the final config: "
-            "the changes kept after it may have turned its gain",
+            "the changes kept after it may have turned its gain into a loss",
             targets=tuple(Bottleneck), cost=0, devices=("cpu", "cuda"), requires=(),
             knobs=tuple(Knob(k, (v,)) for k, v in back.items()), trials=1, tradeoffs="", source=f"undo of {st.recipe}",
             compute_speedup=1.0, together=True)
