@@ -33,7 +33,7 @@ from .context import Context, State, changes_text, digest, key
 from .diagnose import clear_gain, diagnose
 from .evidence import fresh_and_all, joined, nearly, pooled, promising, shown, spread
 from .recipes import Recipe
-from .record import Brief, Comparison, Ratio, Step, Summary
+from .record import Brief, Comparison, Ratio, Step, Summary, TrialState
 from .search import fits, normalized, stored_summary
 from .stats import looks_ratio
 
@@ -71,7 +71,7 @@ def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ra
         cands = [t for t in cands if value(t) >= est / ctx.band][:CANDIDATES]
     if not cands:
         step.reason = ("the time budget ran out before a trial could finish" if not step.trials else
-                       "every trial was infeasible or failed" if not ranked else
+                       _none_ranked(step) if not ranked else
                        "the current config is over the memory limit and no trial fit" if not state.feasible else
                        "no trial came within the noise band of the current config in the search") + note
         return state
@@ -99,6 +99,20 @@ def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ra
             verdict = diagnose(summary, ctx.runner.device.type, ctx.constraints.memory_limit, previous=state.verdict)
             return State(cand, summary, verdict, fits(summary, ctx.constraints.memory_limit))
     return state
+
+
+def _none_ranked(step: Step) -> str:
+    """Why no trial of the round could be compared: which were stopped as far slower than
+    the current config (a working config, not a failure: undoing input_bound's loader read
+    456 samples/s against 2,772 in its first window), which failed or did not fit."""
+    slow = [t for t in step.trials if t.state is TrialState.SLOW]
+    if not slow:
+        return "every trial was infeasible or failed"
+    why = f" ({slow[0].reason})" if len(slow) == 1 and slow[0].reason else ""
+    if len(slow) == len(step.trials):
+        return "every trial was far slower than the current config and stopped early" + why
+    return (f"every trial was infeasible, failed or far slower than the current config ({len(slow)} of "
+            f"{len(step.trials)} stopped early as far slower)")
 
 
 def _time_for(ctx: Context, deadline: float | None, trials: float) -> bool:
