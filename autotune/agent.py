@@ -239,9 +239,9 @@ class Agent:
             hand = handoff.step_share(ctx.handoff_s, state.config, state.summary)  # workers' floor on its wait
             choices = rank(usable, state.verdict, device, self.facts, attempts, ctx.margin, s.only, ctx.lowp, hand)
             reserve = 3 * (ctx.trial_cost() or 0.0)  # a trial, and the final comparison's windows
-            stack = None if choices or not state.feasible else \
+            closing = None if choices or not state.feasible else \
                 closing_recipe(r.steps, state.config, by_name, ctx.margin, closed)
-            if not choices and stack is None:
+            if not choices and closing is None:
                 r.stop_reason = stop_reason(state.verdict, ctx.margin, ctx.lowp, handoff.why_not(
                     ctx.handoff_s, state.summary, state.verdict, hand, ctx.margin)
                     or inapplicable(self.recipes, state.verdict, device, self.facts, ctx.margin))
@@ -252,10 +252,10 @@ class Agent:
             if r.stop_reason is not None:
                 break
             joint = joint_memory_recipe(choices)
-            if stack is not None:  # every recipe was tried: the near-misses together, then undoes
-                by_name[stack.name] = stack
-                closed.add(stack.name)
-                recipe, target, expected = stack, state.verdict.bottleneck, stack.compute_speedup
+            if closing is not None:  # every recipe was tried: the near-misses together, then undoes
+                by_name[closing.name] = closing
+                closed.add(closing.name)
+                recipe, target, expected = closing, state.verdict.bottleneck, closing.compute_speedup
             else:
                 recipe, target, expected = (joint, Bottleneck.MEMORY, math.inf) if joint else (
                     choices[0].recipe, choices[0].target, choices[0].expected)

@@ -319,5 +319,4 @@ def ratio(judged: dict[str, Any], a: str, b: str) -> dict[str, Any]:
         return {"ratio": r, "low": r, "high": r, "pairs": 0, "infeasible": True}
     if la["config"] == lb["config"]:
         return {"ratio": 1.0, "low": 1.0, "high": 1.0, "pairs": len(la["windows"]), "same_config": True}
-    return session_ratio(la["windows"], la.get("sessions") or [0] * len(la["windows"]),
-                         lb["windows"], lb.get("sessions") or [0] * len(lb["windows"]))
+    return session_ratio(la["windows"], la["sessions"], lb["windows"], lb["sessions"])
