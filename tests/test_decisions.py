@@ -675,16 +675,17 @@ def test_a_recipe_whose_most_promising_config_is_clearly_slower_stops_there(tmp_
 
 
 class _DisturbedProbe(FakeRunner):
-    """The first search reading of a compiled config is taken during a neighbour's burst
-    (every window of a short trial at 0.6x); side by side it reads as fast as it is."""
+    """The first search reading of a compiled config (or of what `changed` says) is taken
+    during a neighbour's burst (every window of a short trial at 0.6x); side by side it
+    reads as fast as it is."""
 
-    def __init__(self, *args, **kw):
+    def __init__(self, *args, changed=lambda c: c.compile.mode != "none", **kw):
         super().__init__(*args, **kw)
-        self.burst = True
+        self.burst, self.changed = True, changed
 
     def measure(self, config, trace=None, on_window=None, floor=None, until=None):
         out = super().measure(config, trace, on_window, floor, until)
-        if self.burst and config.compile.mode != "none":
+        if self.burst and self.changed(config):
             self.burst = False
             windows = [w * 0.6 for w in out.windows_samples_per_s]
             out = out.model_copy(update={"samples_per_s": out.samples_per_s * 0.6, "windows_samples_per_s": windows})
@@ -710,6 +711,42 @@ def test_a_most_promising_config_whose_one_reading_was_disturbed_is_looked_at_si
     fresh = int(step.reason.split(" fresh look")[0].rsplit(" ", 1)[1])
     # the look, the fresh looks and the final comparison with the baseline: no second first look
     assert "the first comparison 1.2" in step.reason and len(looks) == 1 + fresh + 1, step.reason
+
+
+def test_a_fallback_recipes_one_candidate_is_not_dropped_on_one_disturbed_reading(tmp_path):
+    """fused is 1.1x here, but its one search reading falls in a burst (0.6x, below the
+    noise band). It is the optimizer round's only candidate (foreach is measured only when
+    fused cannot run), so one look side by side decides whether the round ends: it reads
+    fused faster, and fused is kept (transformer_encoder's fused AdamW read 0.87x once and
+    its round ended; side by side it reads 1.07x)."""
+
+    def speed(c):
+        return 100.0 * {"default": 1.0, "fused": 1.1, "foreach": 1.0}[c.optimizer.impl]
+
+    runner = _DisturbedProbe(speed, noise=0.01, stages=lambda c: COMPUTE_ONLY,
+                             changed=lambda c: c.optimizer.impl != "default")
+    r = run_agent(runner, tmp_path, only=("optimizer-impl",))
+    step = r.steps[0]
+    assert [t.config["optimizer.impl"] for t in step.trials] == ["fused"]
+    assert step.trials[0].samples_per_s < 80  # the disturbed reading, stored as measured
+    assert step.accepted and r.final_config["optimizer.impl"] == "fused", step.reason
+    assert "the first comparison 1.1" in step.reason, step.reason  # the look is its first comparison
+
+
+def test_a_fallback_recipes_one_candidate_slower_side_by_side_too_ends_its_round(tmp_path):
+    """The same look confirms a reading that was right: fused at 0.7x reads 0.7x side by
+    side, and the round ends without another comparison (nor foreach)."""
+
+    def speed(c):
+        return 100.0 * {"default": 1.0, "fused": 0.7, "foreach": 1.0}[c.optimizer.impl]
+
+    runner = FakeRunner(speed, noise=0.01, stages=lambda c: COMPUTE_ONLY)
+    r = run_agent(runner, tmp_path, only=("optimizer-impl",))
+    step = r.steps[0]
+    assert [t.config["optimizer.impl"] for t in step.trials] == ["fused"]
+    assert not step.accepted and r.final_config.get("optimizer.impl", "default") == "default"
+    assert "0.7" in step.reason.split("of it side by side")[0][-20:], step.reason
+    assert len(runner.interleaved) == 3  # two A/As and that one look
 
 
 def test_a_fallback_is_measured_only_when_the_first_choice_cannot_run(tmp_path):
