@@ -749,6 +749,30 @@ def test_a_fallback_recipes_one_candidate_slower_side_by_side_too_ends_its_round
     assert len(runner.interleaved) == 3  # two A/As and that one look
 
 
+def test_every_round_says_how_it_ended_even_without_a_comparison(tmp_path):
+    """A round that ends before any candidate is compared (its one candidate read slower
+    side by side, or no trial came within the band) still announces its end with the
+    step's reason: the terminal showed nothing for such a round, as if it had not run."""
+    from autotune.events import Silent
+
+    class Heard(Silent):
+        def __init__(self) -> None:
+            self.said: list[tuple[str, bool, str]] = []
+
+        def decision(self, recipe: str, accepted: bool, reason: str) -> None:
+            self.said.append((recipe, accepted, reason))
+
+    def speed(c):
+        return 100.0 * {"default": 1.0, "fused": 0.7, "foreach": 1.0}[c.optimizer.impl]
+
+    heard = Heard()
+    runner = FakeRunner(speed, noise=0.01, stages=lambda c: COMPUTE_ONLY)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}")
+    r = Agent(runner, load_recipes(), storage, "s", Settings(only=("optimizer-impl",)), FACTS, events=heard).run()
+    assert len(runner.interleaved) == 3 and r.steps[0].after_config is None  # its one look; nothing was offered
+    assert heard.said == [("optimizer-impl", False, r.steps[0].reason)]
+
+
 def test_a_fallback_is_measured_only_when_the_first_choice_cannot_run(tmp_path):
     """foreach is the optimizer recipe's fallback: not measured when fused runs (and helps),
     measured and kept when fused cannot run with this optimizer."""
