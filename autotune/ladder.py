@@ -18,6 +18,7 @@ import optuna
 
 from .config import TrainConfig
 from .context import key
+from .decide import worth_a_duel
 from .record import Summary, TrialState
 from .search import RecipeSearch, best_of, normalized, reading, stored_summary
 
@@ -99,7 +100,9 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     0.87x of that reading, and its grid's best (3 workers with both) was never measured.
     In five runs its ladder's best rung was 2, 3 or 4 workers, and only the runs that went
     on from 3 reached the grid's best. The winner's readings, side by side and alone,
-    pooled, are the bar the knobs changed alone are judged by. The nearest alternative of
+    pooled, are the bar the knobs changed alone are judged by. Not where the best rung read
+    no faster than the incumbent (`decide.worth_a_duel`): which of two likely losers the
+    other knobs start from is not worth the looks. The nearest alternative of
     the best found (`_nearest`) takes the trial a together config would have taken, where
     fewer than two knobs are kept, or the next one: the runner-up rung with the kept knobs."""
     lead = next(iter(space))
@@ -233,7 +236,7 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
             stage(f"{lead}-between", {lead: between}, start, left())
     start, top = best(within_noise=True)
     rungs = Rungs(note=said)
-    if duel is not None and start is not state.config:
+    if duel is not None and start is not state.config and worth_a_duel(top, est, state.feasible):
         start, top = settle(start, top, rungs)
     # Not the deciding knob alone where its climb lost past what the waste could give: that knob
     # is in this round's space for the lever's sake, and alone it is another recipe's question.

@@ -303,6 +303,30 @@ def test_three_candidates_within_noise_meet_in_turn_and_the_last_winner_is_offer
     assert "offered before 2 other candidates" in step.reason and "(optimizer.impl=fused) 0.90x" in step.reason
 
 
+def test_candidates_that_all_read_slower_than_the_incumbent_are_offered_without_a_duel():
+    """Two candidates within the noise of each other, both read below the incumbent's
+    estimate: which of two likely losers is offered is not worth a duel's looks (a keyword
+    spotter's loader round spent its budget on them); each is offered, a look each."""
+    script = Script(accept=[NOTHING, NOTHING])
+    ctx, runner, state = setup(script)
+    first = candidate(runner, {"optimizer.impl": "foreach"}, 97.0)
+    second = candidate(runner, {"optimizer.impl": "fused"}, 96.0)
+    step, after = run(script, [first, second], ctx, state)
+    assert script.kinds() == ["accept", "accept"], script.kinds()
+    assert not step.accepted and after.config.optimizer.impl == "default"
+
+
+@pytest.mark.parametrize("feasible", [True, False])
+def test_candidates_are_dueled_where_the_best_reads_faster_or_the_incumbent_does_not_fit(feasible):
+    script = Script(duel=CLEAR, accept=[CLEAR], confirm=[CLEAR])
+    ctx, runner, state = setup(script)
+    state = State(state.config, state.summary, state.verdict, feasible)
+    best = 101.0 if feasible else 97.0  # just above the incumbent's estimate; or below it, but nothing fits
+    step, after = run(script, [candidate(runner, {"optimizer.impl": "foreach"}, best),
+                               candidate(runner, {"optimizer.impl": "fused"}, 96.0)], ctx, state)
+    assert script.kinds()[0] == "duel", script.kinds()
+
+
 def test_a_duel_that_cannot_tell_its_candidates_apart_looks_again():
     """memory_bound's two fits 7% apart read 0.99x in one look and the slower was kept:
     while the duel's looks hold 1, another is taken (up to six), and they decide."""

@@ -1027,6 +1027,27 @@ def test_a_lucky_rung_is_compared_side_by_side_with_the_rungs_within_noise_befor
     assert "the other knobs were tried from data.num_workers=3" in step.reason, step.reason
 
 
+def test_rungs_that_all_read_slower_than_the_incumbent_are_not_dueled(tmp_path, monkeypatch):
+    """Every rung reads a little below loading in the step, within the noise band of it and
+    of each other: which rung the other knobs start from, and which candidate is offered,
+    are not worth a duel's looks (a keyword spotter's loader round spent its 8-minute budget
+    on about 24 looks of them). The round ends on the offers' own comparisons."""
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+    monkeypatch.setattr(Context, "band", property(lambda self: 1.4))
+
+    def speed(c):
+        w = c.data.num_workers
+        return 100.0 if not w else {1: 90.0, 2: 96.0, 3: 95.0, 4: 94.0}.get(w, 85.0)
+
+    runner = FakeRunner(speed, noise=0.01, stages=_loader_stages(speed))
+    r = run_agent(runner, tmp_path, only=("dataloader",))
+    step = r.steps[0]
+    assert len(step.trials) >= 3 and not step.accepted, step.reason
+    assert all(not (a.get("data.num_workers") and b.get("data.num_workers")) for a, b in runner.interleaved), \
+        runner.interleaved  # every side-by-side comparison has the incumbent on one side
+    assert "duel" not in step.reason and "other knobs were tried from" not in step.reason, step.reason
+
+
 def test_the_runner_up_rung_is_tried_with_the_knob_kept_when_no_together_config_took_the_trial(
         tmp_path, monkeypatch):
     """2 workers beat 3 side by side by 2% (within the margin: the rungs cannot be told apart
