@@ -7,7 +7,8 @@ When the best few read within the noise of each other, they are first compared w
 other (the search's best meets each of the others in turn), so that the faster one, not
 the one with the luckier single reading, is offered, alone (decode_bound's loader round
 had kept the config with the best single reading, 0.90 of its grid's best; with the duel
-it kept the grid's best). A round accepts at most one
+it kept the grid's best), where the best of them read faster than the incumbent
+(`worth_a_duel`). A round accepts at most one
 change. Under a memory limit the same duel picks the fastest of the configs that fit
 (memory_bound's round had kept micro-batch 512 with checkpointing, which checkpointing
 alone beat 1.17x side by side in the benchmark). A duel whose look cannot tell the two
