@@ -21,7 +21,7 @@ def recommendations(steps: list[Step], recipes: dict[str, Recipe]) -> list[Recom
         sp, later = st.speedup, undone.get(st.recipe)
         kept = st.accepted and (later is None or later.round < st.round)
         rec = Recommendation(recipe=st.recipe, changes=st.changes, speedup=sp.ratio if sp else None,
-                             ci=[sp.low, sp.high] if sp else [None, None], accepted=kept,
+                             ci=[sp.low, sp.high] if sp else [None, None], accepted=kept, tried=bool(st.trials),
                              reason=None if kept else st.reason if not st.accepted else
                              f"kept in round {st.round}, then undone in round {later.round}: {later.reason}")
         before, after = st.before, st.after

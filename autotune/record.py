@@ -284,6 +284,8 @@ class Recommendation(Record):
     ci: list[float | None] = Field(description="[low, high] of the speedup's 95% interval.")
     memory_delta_bytes: int | None = None
     accepted: bool
+    tried: bool = Field(True, description="False where the round measured no config (the time budget ran out "
+                        "first): the recipe is untested here, not rejected.")
     reason: str | None = None
     one_time_s: float | None = None
     payoff_steps: int | None = None

@@ -175,7 +175,8 @@ def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expect
         step.reason = (f"its most promising config ({changes_text(trial)}) measured {reading(trial) / est:.2f}x the "
                        f"current config's pooled estimate, below the noise band (1/{ctx.band:.2f}){side}: the rest of "
                        f"its space was not searched")
-    if step.after_config is None:  # no candidate was offered, so none was announced: say how the round ended
+    if step.after_config is None and step.trials:  # no candidate was offered, so none was announced: say how
+        # the round ended (a round that measured nothing is listed as not tried at the end)
         ctx.events.decision(recipe.name, False, step.reason or "")
     return Outcome(step, state, ran, skipped)
 

@@ -414,3 +414,25 @@ def test_trials_measured_by_several_workers_say_who_measured_each(tmp_path):
     assert "measured by" in text and "node-a:100 (cores 0)" in text and "node-a:101 (cores 1)" in text
     write_outputs(report, tmp_path)
     assert json.loads((tmp_path / "report.json").read_text())["steps"][0]["trials"][0]["worker"]["pid"] == 100
+
+
+def test_a_round_that_measured_nothing_is_listed_as_not_tried_not_rejected(report):
+    """A recipe whose round ran out of time before its first trial is untested here: the
+    recommendations, the round's own verdict and every report say 'not tried'; a round that
+    measured and kept nothing still reads 'rejected'."""
+    from autotune.recipes import load_recipes
+    from autotune.recommend import recommendations
+    from autotune.report.tables import recommendation_table, step_verdict
+
+    out = "the time budget ran out before a trial could finish"
+    late = report.steps[1].model_copy(update={"round": 3, "recipe": "compile", "trials": [], "changes": {},
+                                              "speedup": None, "after": None, "after_config": None, "reason": out})
+    report = report.model_copy(update={"steps": [*report.steps, late]})
+    recs = recommendations(report.steps, {r.name: r for r in load_recipes()})
+    report = report.model_copy(update={"recommendations": recs})
+    assert [(r.recipe, r.tried) for r in recs] == [("dataloader", True), ("amp", True), ("compile", False)]
+    verdicts = [row[-1] for row in recommendation_table(report)[1]]
+    assert verdicts[1].startswith("rejected: ") and verdicts[2] == f"not tried: {out}"
+    assert step_verdict(late) == f"not tried: {out}" and step_verdict(report.steps[1]).startswith("rejected")
+    assert f"not tried: {out}" in render_markdown(report)
+    assert '<span class="badge not-tried">not tried</span>' in render_html(report)

@@ -36,8 +36,9 @@ def _cell(c: Any, badge: bool = False) -> str:
     if isinstance(c, Code):
         return f"<code>{e(c)}</code>"
     if badge and c:
-        word, rest = re.match(r"(\w*)[:,]?\s*(.*)", str(c), re.S).groups()
-        return f'<span class="badge {e(word)}">{e(word)}</span>' + (f' <span class="why">{e(rest)}</span>' if rest else "")
+        word, rest = re.match(r"(not tried|\w*)[:,]?\s*(.*)", str(c), re.S).groups()
+        return f'<span class="badge {e(word.replace(" ", "-"))}">{e(word)}</span>' + \
+            (f' <span class="why">{e(rest)}</span>' if rest else "")
     return e(c)
 
 

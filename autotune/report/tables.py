@@ -21,7 +21,7 @@ from .fmt import (
 __all__ = [
     "NOT_RECORDED", "Table", "budget_text", "comparison_table", "evidence_table", "waste_table", "headline", "noise_text",
     "noise_warning", "protocol_table", "recommendation_table", "run_table", "stage_ms", "stage_names", "stage_table",
-    "step_title", "step_verdict", "trial_table",
+    "step_title", "step_verdict", "trial_table", "verdict_word",
 ]
 
 Table = tuple[list[str], list[list[Any]]]
@@ -169,7 +169,7 @@ def recommendation_table(report: Report) -> Table:
     rows = []
     for i, r in enumerate(report.recommendations, 1):
         low, high = (list(r.ci) + [None, None])[:2]
-        verdict = ("accepted" if r.accepted else "rejected") + (f": {r.reason}" if r.reason else "")
+        verdict = verdict_word(r.accepted, r.tried) + (f": {r.reason}" if r.reason else "")
         rows.append([
             str(i), r.recipe, change_list(r.changes) or "no change", fmt_ratio(r.speedup), fmt_ci(low, high),
             fmt_delta_bytes(r.memory_delta_bytes), _one_time_cell(r.one_time_s), _payoff_cell(r.payoff_steps), verdict,
@@ -202,6 +202,12 @@ def _worker_cell(t) -> str:
     return f"{t.worker.host}:{t.worker.pid} (cores {span})"
 
 
+def verdict_word(accepted: bool, tried: bool) -> str:
+    """`accepted`, `rejected`, or `not tried` for a round that measured no config (the time
+    budget ran out first): an untested recipe is not a rejected one."""
+    return "accepted" if accepted else "rejected" if tried else "not tried"
+
+
 def step_title(step: Step) -> str:
     """`Round 1: dataloader (for input)`."""
     return f"Round {step.round}: {step.recipe} (for {step.bottleneck.value})"
@@ -209,7 +215,7 @@ def step_title(step: Step) -> str:
 
 def step_verdict(step: Step) -> str:
     """`accepted, 4.13× (CI 3.88–4.41, 4 pairs): why`."""
-    verdict = "accepted" if step.accepted else "rejected"
+    verdict = verdict_word(step.accepted, bool(step.trials))
     measured = f", {fmt_speedup(step.speedup)}" if step.speedup is not None else ""
     return f"{verdict}{measured}" + (f": {step.reason}" if step.reason else "")
 

@@ -21,7 +21,7 @@ from autotune.record import Report, Summary, Trial, Verdict
 from autotune.units import format_bytes
 
 from .fmt import number
-from .tables import noise_warning, stage_names
+from .tables import noise_warning, stage_names, verdict_word
 
 if TYPE_CHECKING:
     from autotune.recipes import Recipe
@@ -151,7 +151,7 @@ def _recommendations_table(report: Report) -> Table:
         ci = f"[{low:.2f}, {high:.2f}]" if number(low) is not None and number(high) is not None else "-"
         spd = f"{r.speedup:.2f}x" if number(r.speedup) else "-"
         t.add_row(escape(r.recipe), escape(ch), spd, escape(ci), format_bytes(r.memory_delta_bytes),
-                  "[green]accepted[/]" if r.accepted else f"rejected: {escape(r.reason or '')}")
+                  "[green]accepted[/]" if r.accepted else f"{verdict_word(False, r.tried)}: {escape(r.reason or '')}")
     return t
 
 
