@@ -128,7 +128,7 @@ def _header(report: Report) -> str:
     notice = (f'<div class="notice"><b>This run is incomplete.</b> Not recorded: {e("; ".join(missing))}.</div>'
               if missing else "")
     if busy := noise_warning(report):
-        notice += f'<div class="notice"><b>Noisy machine.</b> {e(busy)}</div>'
+        notice += f'<div class="notice"><b>Noisy measurements.</b> {e(busy)}</div>'
     return (f'<header><div class="eyebrow">autotune report</div><h1>{e(report.workload or "unnamed workload")}</h1>'
             f'<div class="sub">{e(sub)}</div><p class="headline">{e(headline(report))}</p></header>{notice}')
 

@@ -88,7 +88,7 @@ def _md_head(report: Report) -> list[str]:
     if missing := report.missing():
         out += [f"> **This run is incomplete.** Not recorded: {md_text('; '.join(missing))}.", ""]
     if busy := noise_warning(report):
-        out += [f"> **Noisy machine.** {md_text(busy)}", ""]
+        out += [f"> **Noisy measurements.** {md_text(busy)}", ""]
     return out
 
 

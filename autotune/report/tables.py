@@ -259,15 +259,18 @@ def noise_text(report: Report) -> str:
 
 
 def noise_warning(report: Report) -> str | None:
-    """A warning where the machine was too noisy to tell small gains from none (None where not)."""
+    """A warning where the measurements were too noisy to tell small gains from none (None where not): a busy
+    machine, or a step whose time varies from batch to batch (a char LSTM on variable-length lines read its
+    A/A 0.99x [0.76, 1.29] on an idle machine)."""
     n = report.noise
     if n is None or not n.too_noisy():
         return None
     reads = ", ".join(f"{fmt_ratio(m.ratio)} (CI {fmt_ci(m.low, m.high)})" for m in n.readings if number(m.ratio))
-    return (f"This machine was busy while the run measured: the unchanged baseline against itself read {reads}, so "
-            f"single readings within {fmt_ratio(n.band)} of each other could not be told apart. Gains smaller than "
-            f"that were likely missed (what was kept still cleared its side-by-side looks). Run again with nothing "
-            f"else running (`uptime`'s load near 0) for a finer search.")
+    return (f"The measurements were noisy: the unchanged baseline against itself read {reads}, so single readings "
+            f"within {fmt_ratio(n.band)} of each other could not be told apart. Gains smaller than that were likely "
+            f"missed (what was kept still cleared its side-by-side looks). Either the machine was busy (run again "
+            f"with nothing else running, `uptime`'s load near 0), or the step's own time varies from batch to batch "
+            f"(variable-length inputs: more steps per window, `--steps`, average more batches into each reading).")
 
 
 def budget_text(report: Report) -> str:
