@@ -13,8 +13,9 @@ __all__ = ["recommendations", "render_snippet"]
 
 
 def recommendations(steps: list[Step], recipes: dict[str, Recipe]) -> list[Recommendation]:
-    """One per recipe tried that produced a candidate, ranked: accepted by gain, then
-    rejected; a kept change that a later round undid (`plan.undo_recipe`) is not kept."""
+    """One per recipe round, ranked: accepted by gain, then the others (`tried` false where
+    the round measured no config); a kept change that a later round undid
+    (`plan.undo_recipe`) is not kept."""
     undone = {st.recipe[len(UNDO):]: st for st in steps if st.accepted and st.recipe.startswith(UNDO)}
     out = []
     for st in steps:
