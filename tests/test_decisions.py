@@ -1374,7 +1374,7 @@ def test_a_band_set_by_a_wide_aa_is_said_to_be_the_aas(tmp_path, capsys):
     r = run_agent(runner, tmp_path, only=("compile",))
     assert r.noise.band >= r.noise.margin > 1.5 and r.noise.band_dof == 0
     assert "(the A/A's width)" in noise_text(r)
-    # and the user is told, at the top of each report, that the machine was too busy for small gains
+    # and the user is told, at the top of each report, that the measurements were too noisy for small gains
     warning = noise_warning(r)
     assert warning is not None and fmt_ratio(r.noise.band) in warning and "nothing else running" in warning
     assert "Noisy measurements" in render_markdown(r) and "Noisy measurements" in render_html(r)
