@@ -17,17 +17,20 @@ from benchmarks.cases import CASES, QUICK_CASES, for_machine, select
 from benchmarks.table import emit, to_markdown
 
 PROG = "python -m benchmarks"
+RESULTS = "bench-results"
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog=PROG, description=suite.__doc__.split("\n\n")[0],
-        epilog=f"examples:\n  {PROG} --json bench.json --md bench.md\n"
+        epilog=f"examples:\n  {PROG}                      # writes bench-results/bench.{{json,md}}\n"
                f"  {PROG} --quick --examples input_bound,compute_bound",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a smoke run: tiny workloads and grids, 2 windows per config")
-    p.add_argument("--json", metavar="FILE", help="write the full results as JSON")
-    p.add_argument("--md", metavar="FILE", help="write the Markdown tables (default: print them to stdout)")
+    p.add_argument("--out", metavar="DIR", default=RESULTS,
+                   help=f"folder for the JSON, Markdown and SVG results (default {RESULTS}/, ignored by git)")
+    p.add_argument("--json", metavar="FILE", help="write the full results as JSON here (default DIR/bench.json)")
+    p.add_argument("--md", metavar="FILE", help="write the Markdown tables here (default DIR/bench.md)")
     p.add_argument("--examples", metavar="A,B", help=f"only these examples (default all: {', '.join(c.name for c in CASES)})")
     p.add_argument("--seed", type=int, default=0, help="sampler seed for blind Optuna and autotune (default 0)")
     p.add_argument("--no-extras", action="store_true", help="skip the false-acceptance runs and the overhead benchmark")
@@ -45,6 +48,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if not args.json and not args.md:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        args.json, args.md = str(Path(args.out) / "bench.json"), str(Path(args.out) / "bench.md")
     t0 = time.perf_counter()
     log = (lambda s: None) if args.quiet else (lambda s: print(f"[{time.perf_counter() - t0:7.1f}s] {s}", file=sys.stderr, flush=True))
     try:
