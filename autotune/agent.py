@@ -26,6 +26,7 @@ from .events import Listener, Silent
 from .faults import checkpoint
 from .identity import Resume, choose_study, fingerprint, fingerprint_id
 from .lock import Lease
+from .leftover import leftover
 from .plan import Attempts, closing_recipe, inapplicable, joint_memory_recipe, rank, stop_reason
 from .recipes import Recipe
 from .recommend import recommendations
@@ -93,16 +94,9 @@ class Agent:
         return value
 
     def _compare(self, key: str, a: TrainConfig, b: TrainConfig, what: str) -> Comparison:
-        """B over A from windows taken in turns; `failed` says why when one could not run.
-
-        Which of the two is opened (and built) first alternates from one comparison to the
-        next: two identical configs side by side can read apart by where they were placed
-        (three A/As of resnet_jpeg read 0.90-0.93, the second one opened slower), and a
-        candidate always opened second would carry that into every look at it. Alternated,
-        a first look and its fresh one carry it in opposite directions, and a placebo's
-        fresh pairs do not repeat its first look's luck (FakeRunner with a +5% second-side
-        bias and 5% window noise, two A/As and five looks: 0 of 200 placebo runs accepted,
-        7 of 100 without alternating)."""
+        """B over A from windows taken in turns; `failed` says why when one could not run. Which config
+        opens first alternates between comparisons, so a bias of the second-opened side does not
+        repeat in every look at a candidate."""
 
         def run() -> Comparison:
             checkpoint("compare")
@@ -120,20 +114,9 @@ class Agent:
         return self._remember(key, Comparison, run)
 
     def _noise(self, config: TrainConfig) -> tuple[Comparison, list[Comparison]]:
-        """The A/A that sets the margin, and every A/A measured for it.
-
-        Two A/As, each from a fresh pair of sessions, pooled: with windows varying 10%,
-        one A/A of five pairs strays from 1 by ~6% on its own, and that stray became the
-        margin every gain had to clear (a true 1.08x gain was kept in 7 of 100 FakeRunner
-        runs with one A/A, 21 with two pooled, five fresh looks either way; placebos were
-        kept no more often).
-
-        One disturbed A/A (a neighbour's burst during its windows) would still set the
-        margin of the whole run: 1.67x was seen on a loaded machine, which no real gain then
-        clears. When the pooled A/A is implausible (`implausible_aa`), a third is measured
-        and the one farthest from 1 is dropped, the other two pooled: one burst is outvoted
-        while a difference that repeats (placement, a steady neighbour) still sets the
-        margin. A repeat that fails keeps what was measured before it."""
+        """The A/A that sets the margin, and every A/A measured for it: two pooled; where that is
+        `implausible_aa`, a third, and the two nearest 1 pooled (a repeat that fails keeps what was
+        measured before it)."""
         first = self._compare("noise", config, config, "baseline against itself")
         if first.failed:
             raise UserError(f"the baseline could not be measured twice side by side ({first.failed}).")
@@ -242,9 +225,11 @@ class Agent:
             closing = None if choices or not state.feasible else \
                 closing_recipe(r.steps, state.config, by_name, ctx.margin, closed)
             if not choices and closing is None:
-                r.stop_reason = stop_reason(state.verdict, ctx.margin, ctx.lowp, handoff.why_not(
-                    ctx.handoff_s, state.summary, state.verdict, hand, ctx.margin)
-                    or inapplicable(self.recipes, state.verdict, device, self.facts, ctx.margin))
+                why_not = handoff.why_not(ctx.handoff_s, state.summary, state.verdict, hand, ctx.margin) \
+                    or inapplicable(self.recipes, state.verdict, device, self.facts, ctx.margin)
+                r.leftover = leftover(state.verdict, ctx.margin, state.config, [state.summary, r.baseline], r.steps,
+                                      ctx.band, ctx.handoff_s, why_not)
+                r.stop_reason = stop_reason(state.verdict, ctx.margin, ctx.lowp, why_not, r.leftover)
             elif r.budget.trials_used >= s.trials:
                 r.stop_reason = f"trial budget spent ({r.budget.trials_used} of {s.trials})"
             elif deadline and time.time() + reserve >= deadline:
@@ -338,22 +323,15 @@ class Agent:
 
 
 def implausible_aa(aa: Comparison) -> bool:
-    """Identical configs measured apart beyond their own interval: more likely a
-    disturbance than this machine's window-to-window noise (which the interval holds). Or
-    apart by more than twice the least gain worth keeping, whatever the interval: one
-    comparison's ratio would set the whole run's margin, and a 1.22x A/A whose interval
-    just held 1 ([1.00, 1.49], gpt on a Zen 4) made a 1.20x [1.09, 1.32] fused optimizer
-    fall short of it."""
+    """Whether an A/A's identical configs read apart beyond their own interval, or by more than twice
+    the least gain whatever the interval: more likely a disturbance than this machine's noise."""
     return aa.measured and (aa.low > 1.0 or aa.high < 1.0 or abs(math.log(aa.ratio)) > math.log1p(2 * MIN_GAIN))
 
 
 def _band(aa: Comparison, margin: float, base: Summary, measured: list[Comparison]) -> float:
-    """How far apart two single readings of one config fall here before the run has read
-    any config often enough to say: one A/A's interval width (a single A/A's, as wide as a
-    reading's windows make it: the median of those measured, not the pooled A/A's, which
-    holds twice the pairs of a reading), or what the baseline's and the A/A sides' windows
-    say one reading's average can stray (not above `BAND_CAP`), never narrower than the
-    acceptance margin itself."""
+    """The band of a single reading before the run's own spread says it: the widest of the margin,
+    a single A/A's interval width (the median of those measured) and `window_band` of the
+    baseline's and the A/A sides' windows (at most `BAND_CAP`)."""
     windows = window_band([base.windows_samples_per_s] + [side for m in measured for side in (m.a, m.b) if side],
                           len(base.windows_samples_per_s))
     widths = [math.log(m.high / m.low) for m in measured if m.measured and m.low]

@@ -65,13 +65,9 @@ def dataloader_kwargs(config: TrainConfig) -> dict[str, Any]:
 
 
 def wrap_checkpointing(model: torch.nn.Module, block_types: tuple[type, ...]) -> int:
-    """Recompute each block of `block_types` in backward; returns how many were wrapped.
-
-    The recomputation runs the block's forward a second time, and a norm layer with running
-    statistics in it (BatchNorm: resnet_jpeg's BasicBlock) would update them twice a step,
-    num_batches_tracked counting 2: the trained model's statistics would differ from the
-    untuned run's. Its statistics are put back as they were after each recomputation (eager;
-    under torch.compile the recomputation is the compiled graph's and updates nothing)."""
+    """Recompute each block of `block_types` in backward; returns how many were wrapped. Norm layers'
+    running statistics (BatchNorm) are restored after each eager recomputation, so they update once
+    a step, as in the untuned run."""
     from torch.utils.checkpoint import checkpoint
 
     wrapped = 0

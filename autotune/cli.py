@@ -19,13 +19,13 @@ from . import flags
 from .errors import UserCodeError, UserError, exit_code, explain
 
 EXAMPLES = {
-    "profile": "examples:\n  autotune profile examples/input_bound.py\n  autotune profile examples/memory_bound.py --memory-limit 64MB --json profile.json --trace trace.json",
-    "tune": "examples:\n  autotune tune examples/input_bound.py --out runs/input\n  autotune tune my_train.py:build --trials 30 --budget 20m --storage sqlite:///study.db\n  autotune tune examples/input_bound.py --workers 2 --out runs/input2",
-    "train": "examples:\n  autotune train examples/input_bound.py --config runs/input/tuned.yaml --steps 200\n  autotune train examples/ddp_comm_bound.py --config runs/ddp/tuned.yaml --steps 50",
+    "profile": "examples:\n  autotune profile train.py\n  autotune profile train.py --memory-limit 64MB --json profile.json --trace trace.json",
+    "tune": "examples:\n  autotune tune train.py --out runs/train\n  autotune tune my_train.py:build --trials 30 --budget 20m --storage sqlite:///study.db\n  autotune tune train.py --workers 2 --out runs/train2",
+    "train": "examples:\n  autotune train train.py --config runs/train/tuned.yaml --steps 200\n  autotune train ddp_train.py --config runs/ddp/tuned.yaml --steps 50",
     "worker": "examples:\n  AUTOTUNE_STORAGE=postgresql://tuner:PASSWORD@db-host/autotune autotune worker --study my-run\n  autotune worker --storage journal:///shared/runs/journal.log --study my-run --cores 0-7",
     "recipes": "examples:\n  autotune recipes\n  autotune recipes --recipes my_recipes/",
-    "report": "examples:\n  autotune report runs/input\n  autotune report --schema > report.schema.json",
-    "export": "examples:\n  autotune export runs/input --to hf --batch-size 64\n  autotune export runs/input --to lightning --out tuned_lightning.py\n  autotune export runs/input --to accelerate --out accelerate.yaml",
+    "report": "examples:\n  autotune report runs/train\n  autotune report --schema > report.schema.json",
+    "export": "examples:\n  autotune export runs/train --to hf --batch-size 64\n  autotune export runs/train --to lightning --out tuned_lightning.py\n  autotune export runs/train --to accelerate --out accelerate.yaml",
 }
 TRAIN_WARMUP = 5  # steps before `autotune train`'s steady-state clock starts
 

@@ -4,9 +4,8 @@ DDP all-reduces gradient buckets from autograd hooks while backward still runs, 
 for the last bucket before `backward()` returns, so on the stage clock communication hides
 inside `backward`. The profiler's collective events do not settle it either: the all-reduce
 runs on the backend's threads while autograd goes on, so their durations say how long
-collectives ran, not what the step lost to them (on examples/ddp_comm_bound.py they read 27%
-and 63% of the step in two runs whose cost measured as below was 49% and 44%; they stay in
-the evidence as `comm_share`). What can be measured is what communication adds to the step. After the windows (the measured steps are
+collectives ran, not what the step lost to them (they stay in the evidence as `comm_share`).
+What can be measured is what communication adds to the step. After the windows (the measured steps are
 untouched), every rank runs forward+backward passes in pairs, one with DDP's reducer (bucket
 copies, all-reduce, the wait for the slowest rank) and one under `no_sync()` (none of it),
 in alternating order, and drops the gradients. The exposed fraction of backward is

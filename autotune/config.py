@@ -1,4 +1,4 @@
-"""`TrainConfig`: every knob autotune may change, in sections, as DESIGN.md names them.
+"""`TrainConfig`: every knob autotune may change, grouped in sections (`data`, `precision`, ...).
 
 Serialised as YAML with dotted keys grouped by section. Building a config checks each field
 and every cross-field rule, and reports all the errors at once. Checks that need the

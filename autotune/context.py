@@ -1,18 +1,6 @@
-"""What every round of a run shares: the incumbent's state, where trials go, how configs
-are measured and compared, the noise, and every reading of every config so far (pooled
-into one estimate per config, so no single lucky reading decides).
-
-The noise band a single search reading is judged by is the run's own: how far apart
-unpaired readings of one config fall here (a trial; one side of a comparison, taken at
-another time). The A/A's paired interval is its floor, but pairing cancels the drift
-that separates two readings taken minutes apart: overhead_bound's 1 thread read 0.96x of
-the incumbent's pooled estimate in its search, under the A/A's 1/1.03, and was never
-compared, though it is ~1.1x side by side. Before any config has been read often enough
-to say that spread, the windows inside the readings taken so far say its least: a reading
-averages its windows, so two readings whose windows vary as the baseline's did differ by
-that much at least (`window_band`). decode_bound's baseline and A/A read 1.4x of its
-side-by-side speed together, with a tight A/A (pairs share the drift); every loader trial,
-the grid's best among them, read under the A/A's band and none was compared.
+"""What every round of a run shares (`Context`): the incumbent's state, where trials go, how
+configs are measured and compared, the noise band of a single reading, and every reading of
+every config so far, pooled into one estimate per config.
 """
 
 from __future__ import annotations

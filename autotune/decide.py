@@ -1,28 +1,6 @@
 """The decision that ends a round: which of the search's candidates, if any, replaces the
-incumbent, settled only by configs measured in turns (A B A B ...) on this machine.
-
-A search reads each config once, so it only nominates: each candidate within the noise
-band of the incumbent's pooled estimate (the best few) is compared with it side by side.
-When the best few read within the noise of each other, they are first compared with each
-other (the search's best meets each of the others in turn), so that the faster one, not
-the one with the luckier single reading, is offered, alone (decode_bound's loader round
-had kept the config with the best single reading, 0.90 of its grid's best; with the duel
-it kept the grid's best), where the best of them read faster than the incumbent
-(`worth_a_duel`). A round accepts at most one
-change. Under a memory limit the same duel picks the fastest of the configs that fit
-(memory_bound's round had kept micro-batch 512 with checkpointing, which checkpointing
-alone beat 1.17x side by side in the benchmark). A duel whose look cannot tell the two
-apart looks again, up to `DUEL_LOOKS` (on a model of two configs 7% apart, windows 6%,
-sessions 4%, 1 look in 10 off by 10-25%: the slower kept in 8% of duels with up to three
-looks, 2% with up to six).
-
-A gain stands only on fresh evidence. A first comparison whose ratio clears the margin
-nominates the candidate (so does one that points the same way as a search reading of a
-clear gain without settling it); fresh comparisons ("looks") then decide. While they are
-promising but the gain is not shown, another look is taken, up to `FRESH_LOOKS`, and up
-to `LAST_LOOKS` while all the looks together read past the least gain and could show it
-within reach (`evidence.nearly`); a look past the time budget is not taken.
-What the looks show, and whether another is worth taking, is `evidence`'s.
+incumbent (at most one), settled only by side-by-side comparisons: duels among near-tied
+candidates, then a first comparison and the fresh looks that `evidence` judges.
 """
 
 from __future__ import annotations
@@ -103,22 +81,14 @@ def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ra
 
 
 def worth_a_duel(best: float, est: float, feasible: bool) -> bool:
-    """Whether candidates the search could not tell apart are worth dueling before one is
-    offered: only where one may replace the incumbent, i.e. the best of them read faster
-    than the incumbent's pooled estimate (or the incumbent does not fit: the fastest fit
-    wins). Where none read faster, the likeliest end is that none is kept, whichever is
-    offered, and the offers' own comparisons say so in a look each: a keyword-spotting
-    model's loader round (an 8-minute budget) spent about 24 of its looks on duels among
-    configs that all read 0.77-0.98x of the default, 1.00x and 0.98x of each other, offered
-    the winner at 1.04x, not shown, and the budget ran out before compile or fused AdamW
-    were tried."""
+    """Whether near-tied candidates are worth dueling before one is offered: only where one may
+    replace the incumbent (the best read above its pooled estimate `est`, or it does not fit)."""
     return not feasible or best > est
 
 
 def _none_ranked(step: Step) -> str:
-    """Why no trial of the round could be compared: which were stopped as far slower than
-    the current config (a working config, not a failure: undoing input_bound's loader read
-    456 samples/s against 2,772 in its first window), which failed or did not fit."""
+    """Why no trial of the round could be compared: which were stopped as far slower than the
+    current config, which failed or did not fit."""
     slow = [t for t in step.trials if t.state is TrialState.SLOW]
     if not slow:
         return "every trial was infeasible or failed"
@@ -135,11 +105,9 @@ def _time_for(ctx: Context, deadline: float | None, trials: float) -> bool:
 
 
 def _playoff(ctx: Context, name: str, recipe: Recipe, close: list, deadline: float | None) -> tuple[object, str]:
-    """The candidates the search could not tell apart, side by side: the search's best
-    meets each of the others in turn and the faster of each duel stays on (decode_bound's
-    grid's best, 3 persistent workers with prefetch 4, read third of three within the noise
-    in the search, and a duel of the first two kept one 0.91x of it). The winner, and a
-    note naming the ones it was offered before ("" when no duel was measured)."""
+    """The candidates the search could not tell apart, side by side: the search's best meets each
+    of the others in turn and the faster of each duel stays on. Returns the winner and a note
+    naming those it was offered before ("" when no duel was measured)."""
     champion, lost = close[0], []
     for challenger in close[1:]:
         out = duel(ctx, name, recipe, champion, challenger, deadline)
@@ -164,29 +132,9 @@ def _playoff(ctx: Context, name: str, recipe: Recipe, close: list, deadline: flo
 
 def duel(ctx: Context, name: str, recipe: Recipe, one, other,
           deadline: float | None) -> tuple[object, float, int, str] | None:
-    """Two candidates side by side: the winner, the loser's ratio to it, the looks taken
-    and a note when the start times picked it (None when no look was measured: no time for one).
-
-    While the looks cannot tell which is faster (their interval, `stats.looks_ratio` with
-    the run's spread between looks, holds 1), another look is taken, up to `DUEL_LOOKS`:
-    memory_bound's two fits 7% apart (bf16 with micro-batch 512, bf16 with checkpointing)
-    read 0.99x in one look and the slower was kept; later, checkpointing read 1.00x of
-    micro-batch 512 over three looks (the benchmark's judge: 0.82x). Where the looks end
-    undecided their ratio picks. Stopping early where the looks could not show their ratio
-    within a few more (as `evidence.nearly` does for gains) kept the slower more often on
-    the look model than three looks did: a ratio near 1 is where the pick goes wrong.
-
-    Looks that end undecided and read the two within the least gain of each other cannot
-    say which is faster, and a difference that small is not worth keeping: the one that is
-    clearly quicker to start wins (`START_FACTOR`, `START_MIN_S`; set-up and first step, as
-    each one's search trial measured them: compilation, worker start). Five of nine
-    examples' compile rounds ended a 6-look duel of two compile modes at 0.96-1.00x, and
-    the modes differ in how long they take to compile. Without the floor in seconds, 0.2 s
-    against 0.0 s (compile modes from a warm cache, in-process) picked.
-
-    Looks that end undecided otherwise keep the recipe's first choice where the two differ
-    in one of its named modes (`preferred`): a change to the other would have to show its
-    gain, and the looks did not."""
+    """Two candidates side by side, again up to `DUEL_LOOKS` while the interval holds 1: (winner,
+    loser's ratio to it, looks, note), or None without time for a look. Undecided within the least
+    gain, the one quicker to start wins (`START_FACTOR`, `START_MIN_S`); else `preferred`; else the ratio."""
     if not _time_for(ctx, deadline, 2):
         return None
     a, b = (TrainConfig().with_changes(t.user_attrs["config"]) for t in (one, other))
@@ -229,17 +177,8 @@ def duel(ctx: Context, name: str, recipe: Recipe, one, other,
 
 
 def preferred(recipe: Recipe, a: TrainConfig, b: TrainConfig) -> tuple[str, object] | None:
-    """Where two configs differ in one knob only, a named mode of `recipe`'s (compile's
-    default or max-autotune, fused or foreach, bf16 or fp16), that knob and the value the
-    recipe lists first; None otherwise (numbers are climbed, not preferred: a ladder's
-    rungs are settled by their readings).
-
-    The recipe lists its modes in the order it would have them when measurements cannot
-    tell them apart: compile's default mode compiles in less time than max-autotune and
-    does not benchmark kernel choices at start-up, so each start runs the same program.
-    overhead_bound's compile round kept max-autotune where six looks read default 0.96x
-    of it, holding 1, in two runs (s19, s21); the benchmark's judge read them 0.91 and
-    0.94 of the grid's best, which compiles in default mode."""
+    """Where two configs differ in one knob only, a named mode of `recipe`'s (not a number), that
+    knob and the value the recipe lists first; None otherwise."""
     diff = [k for k, v in a.flat().items() if b.flat().get(k) != v]
     if len(diff) != 1:
         return None
@@ -253,12 +192,8 @@ def preferred(recipe: Recipe, a: TrainConfig, b: TrainConfig) -> tuple[str, obje
 
 def recheck(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainConfig,
             deadline: float | None) -> Comparison | None:
-    """One side-by-side look at a candidate whose single search reading said it is slower
-    than the incumbent beyond the noise, before that reading ends its recipe's round (None
-    when the time budget has no room for it). It is the look `_settle` would take first,
-    under the same key, and is noted here: hand it to `decide` as `seen`.
-    overhead_bound's compile read 0.74x of the incumbent's estimate in its one search
-    reading (a trial of ~0.3 s: one disturbance covers it), 1.14x side by side."""
+    """One side-by-side look at a candidate whose single search reading fell below the noise band,
+    under the key `_settle` would use (hand it to `decide` as `seen`); None without time for it."""
     return _first_look(ctx, name, recipe, state, cand) if _time_for(ctx, deadline, 2) else None
 
 
@@ -273,15 +208,9 @@ def _first_look(ctx: Context, name: str, recipe: Recipe, state: State, cand: Tra
 def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainConfig,
             searched: float | None, deadline: float | None = None,
             prior: float | None = None, first: Comparison | None = None) -> tuple[Comparison, list[Comparison]]:
-    """The first comparison with the incumbent and, when it nominates the candidate, the
-    fresh looks that decide (one comparison, or up to `FRESH_LOOKS` while the looks are
-    promising (`promising`) but the gain is not shown yet; up to
-    `LAST_LOOKS` while `nearly`). Their ratio is the one that decides (each look's trimmed
-    mean): the pairs pooled let one burst end the looks (on the look model, a 1.08x gain
-    was kept in 93% of runs instead of 86%, a 1.05x in 40% instead of 37%, placebos in 0
-    of 4,000 either way).
-    Decisions are stored under the candidate's keys; `first`, when given, is the first
-    comparison, taken and noted already (`recheck`)."""
+    """The first comparison with the incumbent and, when it nominates the candidate (`_nominates`),
+    the fresh looks: up to `FRESH_LOOKS` while `promising` and not `shown`, up to `LAST_LOOKS` while
+    `nearly`. `first`: a first comparison taken and noted already (`recheck`)."""
     tag = digest(cand.flat())
     what = f"{recipe.name} against current"
     if first is None:
@@ -308,20 +237,9 @@ def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainCo
 
 
 def _nominates(first: Comparison, searched: float | None, margin: float, prior: float | None = None) -> bool:
-    """Whether the first comparison earns fresh evidence: its ratio clears the margin; or
-    the search read a gain beyond the margin (`searched`: the candidate's reading over the
-    incumbent's estimate) and the comparison neither contradicts it nor settles it (its
-    ratio above 1, its interval reaching past the margin). Five pairs on a noisy machine
-    span +-7%: compute_bound's fused AdamW (1.14x side by side in the benchmark's judge)
-    read 1.03x [0.96, 1.10] once and was dropped. The fresh pairs still decide alone.
-
-    Or the profile measured a waste this recipe removes worth more than twice the margin
-    (`prior`: the recipe's expected gain, Amdahl on the waste's share) and the comparison
-    does not rule out a gain (its interval reaching past the margin): one look at one pair
-    of sessions does not drop the fix for the step's measured cost. decode_bound's
-    persistent loader workers read 0.99x [0.85, 1.15] once (the search's single readings,
-    under a lucky baseline, 0.81x) and were dropped; three more looks in the same session
-    read 1.15x, 1.24x and 1.16x, the benchmark's judge 1.39x."""
+    """Whether the first comparison earns fresh looks: its ratio clears the margin; or its interval
+    reaches past the margin and either the search read a gain past it (`searched`) with the ratio
+    above 1, or the recipe's expected gain (`prior`) exceeds `clear_gain(margin)`."""
     if first.ratio > margin:
         return True
     if not first.high > margin:

@@ -58,9 +58,7 @@ def amdahl(share: float) -> float:
 
 
 # Past the noise margin, how much more a waste's whole removal must gain for a comparison
-# to confirm it: the looks of a true 1.08x under a 1.03 margin kept it in 15 of 60 runs
-# (`benchmarks.acceptance`), and a 5% data wait, at most 1.05x and less with workers'
-# own costs, was tried in every overhead_bound run and never kept.
+# to confirm it: a true gain just past the margin is rarely confirmed, so trials on it are wasted.
 RESOLVE = 1.03
 
 

@@ -1,42 +1,6 @@
-"""The fastest config that fits a memory limit, searched as an engineer does by hand.
-
-Over the limit, each memory-saving knob is measured alone first, once: what it saves and
-what it costs. Precisions save alike (16 bits a value), so the one this machine runs
-fastest stands for them all. A size knob (the micro-batch) is measured at its largest
-value only and its smaller values predicted from that reading and the incumbent's:
-activation memory is linear in the micro-batch, and a sample's time is a fixed part plus
-a per-micro-step part shared by the micro-batch's samples (`c + d / m`). Walking it down
-to the first value that fits (512, 256, 128 on the benchmark's memory case) measured
-values that the fastest fit, which combines knobs, never needed.
-
-Then every combination (a smaller micro-batch alone included) is predicted, each knob's
-peak and speed taken as a factor of the incumbent's (a product model: rough, but it
-ranks), and tried fastest predicted first among those predicted to fit, until the next
-one is predicted slower than the fastest fit measured. What a measured combination reads
-against its prediction corrects the predictions of every combination holding those knobs
-(bf16 with micro-batch 512 read 0.8 of the product of each alone; bf16 with 256, and with
-256 and checkpointing, are taken to as well), so a model that flatters a pair of knobs
-does not walk all their values, and each reading of a pair corrects its forecast on top
-of the readings before. A combination that fits rules out the same knobs with a smaller
-micro-batch (more steps for the same samples), with more knobs that each read slower
-alone (checkpointing recomputes), and without knobs that each read faster alone: one
-benchmark run, whose half batch alone read as fast as the whole batch, had gone on to
-bf16 with a quarter and an eighth of it after bf16 with half the batch fit (7 of the
-grid's 20 configs), another measured bf16 with half the batch and checkpointing after
-both pairs fit, and another a quarter of the batch alone. The model's ranking decides, and a
-near tie is settled side by side (the two fastest fits are dueled). The stop is the model's
-own, not a tolerance of the noise band or the margin: on a noisy machine (a band of 1.5, a
-cross-process A/A of 1.2) either let it try 10-11 of the memory grid's 20 configs to take
-the fit it had predicted first. But a prediction is a product of single readings, each off
-by up to the band: once, the fastest combination left is measured when it is predicted
-within the band to the power of its knobs' count of the fastest fit (in one benchmark run
-every combination was predicted under checkpointing's reading, 0.74x of the baseline,
-after the three knobs alone, and the run kept checkpointing: 0.77 of the fastest fit,
-bf16 with micro-batch 512, 1.07x the baseline in a replay; in another, micro-batch 512
-alone read low, bf16 with it was predicted under bf16 with checkpointing's reading by
-more than the band of 1.5 and never measured, and the run kept checkpointing at 0.91).
-A prediction that was wrong costs one trial: a config predicted to fit that does not is
-measured, found over, and the next is tried.
+"""The fastest config that fits a memory limit: each memory-saving knob measured alone, then
+combinations ranked by a product model of those readings (corrected by each measured one) and
+measured fastest-predicted first, until the next is predicted slower than the best fit.
 """
 
 from __future__ import annotations
@@ -191,12 +155,9 @@ def search(ctx: Context, name: str, space: dict[str, list[Any]], state: State, n
 
 
 def _dominated(combo: dict[str, Any], fit: dict[str, Any], sized: set[str], known: Factors) -> bool:
-    """Whether `combo` is `fit` (which fits) with smaller values of its size knobs, more
-    knobs each of which read slower than the incumbent alone (checkpointing: recompute), or
-    fewer knobs each of which read faster alone (bf16 on a machine that runs it fast): what
-    only saves memory that is no longer needed, or gives up speed for nothing. A size knob
-    the combination leaves out is the whole batch, larger than the fit's: never ruled out
-    (s27 measured micro-batch 256 alone after bf16 with 512 fit, its sixth trial)."""
+    """Whether `combo` is `fit` (which fits) with smaller size-knob values, plus knobs that each read
+    slower alone, or minus knobs that each read faster alone: it could only save memory no longer
+    needed. A size knob `combo` leaves out (the whole batch) never makes it dominated."""
     if combo == fit:
         return False
     faster = all(k not in sized and known.get((k, fit[k]), (1.0, 0.0))[1] > 1.0 for k in fit.keys() - combo.keys())

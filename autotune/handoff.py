@@ -3,11 +3,8 @@ floor under any data wait that workers leave.
 
 A worker loads a batch in its own process, but the training process still receives it:
 the queue, unpickling, mapping the tensors' shared memory. That costs about a millisecond
-per batch on these machines whatever the batch holds (0.6-1.8 ms measured across the
-examples), so loading that takes less per batch in the step cannot be shortened by
-workers: overhead_bound's step loads a batch in 0.04 ms (a 6% wait after its compute
-fixes), its one worker read 0.41-0.56x of loading in the step in every run, and a
-performance engineer would not have tried one. The workload's own batches, through a
+per batch whatever the batch holds, so loading that takes less per batch in the step cannot
+be shortened by workers. The workload's own batches, through a
 one-worker loader like the trainer's, each read after a pause long enough for the worker
 to have it ready: the least of those reads is the hand-off alone (a burst elsewhere only
 adds). It takes a second or two, once per run.

@@ -1,10 +1,6 @@
-"""A numeric knob searched as an engineer climbs it: a geometric ladder from the current
-value (1, 2, 4, 8 workers; down from DDP's 25 MB buckets when up does not help), stopped
-once a rung is past the peak beyond the noise, then the values between the best rung's
-neighbours, then the recipe's other knobs from the best found (from the faster side by side,
-where rungs read within the noise of the best one). `rounds.play` uses it for a
-large space whose first knob is numeric; each stage is its own Optuna study and none
-measures the current config again (the run pools its readings).
+"""A numeric knob climbed as an engineer does (`staged`): a geometric ladder from the current
+value (down when up does not help), stopped past the peak beyond the noise, then the values
+between the best rung's neighbours, then the recipe's other knobs from the best found.
 """
 
 from __future__ import annotations
@@ -58,53 +54,14 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
            climb_with: tuple[str, Callable[[Summary], list[Any]]] | None = None,
            duel: Callable[[Any, Any], tuple | None] | None = None,
            bound: float | None = None) -> tuple[list[RecipeSearch], int, int, Rungs]:
-    """A large space whose first knob is numeric (the recipe's main lever: loader workers,
-    DDP bucket size), searched as an engineer would: that knob up a geometric ladder from
-    the incumbent (down, when up does not help), stopping at the first rung after the first
-    that is slower than the best so far beyond the noise (at the first itself where the next
-    could not make up its dip even in proportion to it); then the values between the best
-    rung's neighbours; then each other knob changed alone from the best found, and the
-    changes that lost less than half the noise band (in log terms: nearer the best's
-    reading than the band's edge), together. A change that lost nearly the whole band is
-    more likely a loss than a gain hidden by the noise: decode_bound's default threads
-    alone read 0.75x of 3 workers (the band near 1.5), joined prefetch 4 and persistent
-    workers (1.36x and 1.28x alone), and the three together read 0.83x; the grid's best is
-    the two without it. Each stage is its own study; none measures the
-    incumbent again.
+    """Search a large space whose first knob is numeric in stages, none measuring the incumbent again:
+    the ladder, the values between, each other knob alone from the best rung, the kept ones together
+    and `_nearest`. Returns the searches, the trials run and skipped, and the `Rungs` duels settled.
 
-    `climb_with` (a knob, and its values' order from a measured step, most promising first)
-    climbs the ladder at each of its values in turn, in their order on the incumbent's step,
-    until a climb reads within the noise of the incumbent: the knob that decides whether the
-    lever helps at all (intra-op threads, which loader workers fight for the cores). The
-    incumbent's own value comes first where it is not the default (a kept change set it):
-    overhead_bound's loader look, after one thread was kept at 1.09x, climbed at the default
-    threads its 94%-compute step put first, two trials at 0.45x. A climb
-    that holds its own is not repeated at the knob's other values (decode_bound spent three
-    of its nine trials on a second climb after a lucky baseline reading): they are tried
-    once each from its best rung, after the other knobs, what those make together and the
-    nearest alternative, and only where the order no longer puts the held value first on
-    the best rung's own measurement: decode_bound's step at 3 workers still waits for data
-    86% of the time on one thread, its default threads read 0.46-0.88x of one thread at the
-    best rung in nine runs, and that trial was the one its runner-up rung with the kept
-    knobs needed. Nor is it climbed at the other values where a climb lost so much that
-    removing the whole waste the lever targets (`bound`, its Amdahl gain) would not bring its
-    best rung back within the noise: the lever costs this step more than its waste, whatever
-    the deciding knob (overhead_bound's 6% data wait, at most 1.06x: workers read 0.41x at
-    one thread, then two more trials climbed at the default threads).
-
-    `duel` (`decide.duel`: two trials side by side, the winner first) settles which rung
-    the other knobs are tried from, when rungs read within the noise of the best one: the
-    best rung is the highest of several single readings, and the luckiest of them (the
-    winner's curse). decode_bound's ladder read 2 workers 2332, 3 workers 1964, 4 workers
-    1784; prefetch 4 and persistent workers were tried from 2, where they read 0.79x and
-    0.87x of that reading, and its grid's best (3 workers with both) was never measured.
-    In five runs its ladder's best rung was 2, 3 or 4 workers, and only the runs that went
-    on from 3 reached the grid's best. The winner's readings, side by side and alone,
-    pooled, are the bar the knobs changed alone are judged by. Not where the best rung read
-    no faster than the incumbent (`decide.worth_a_duel`): which of two likely losers the
-    other knobs start from is not worth the looks. The nearest alternative of
-    the best found (`_nearest`) takes the trial a together config would have taken, where
-    fewer than two knobs are kept, or the next one: the runner-up rung with the kept knobs."""
+    `climb_with`: a deciding knob and its values' order from a measured step; the ladder is climbed
+    at each value until a climb reads within the noise of the incumbent; not at the other values
+    where a climb's best rung, times `bound` (the lever's Amdahl gain), stays below the noise band.
+    `duel` (`decide.duel`) settles which rung within the noise of the best the other knobs start from."""
     lead = next(iter(space))
     inc = state.config.get(lead)
     here = inc if isinstance(inc, (int, float)) and not isinstance(inc, bool) else None
@@ -142,7 +99,7 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
                     break  # slower than the best rung beyond the noise: past the peak (the first
                     # rung may dip: one loader worker is often slower than loading in the step,
                     # but the next rung reads at most in proportion to it, twice with 2 workers
-                    # of 1: overhead_bound's one worker read 0.41x, two 0.37x)
+                    # of 1)
                 peak = max(peak, last.value)
         else:
             ran += s.run(k, deadline, on_trial=on_trial, cost_s=ctx.trial_cost())
@@ -160,11 +117,8 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
         return max(same, key=lambda t: t.value or 0.0, default=None)
 
     def best(within_noise: bool = False) -> tuple[TrainConfig, float]:
-        """The best config found and its reading: the incumbent unless a trial read above
-        its estimate, or (`within_noise`, where to search on from) came within the noise
-        band of it. A lucky incumbent reading (decode_bound's baseline read 1.3x what its
-        later readings did) must not send the other knobs back to it: prefetch depth and
-        persistent workers tried from 0 workers change nothing, and were never tried."""
+        """The best config found and its reading: the incumbent unless a trial read above its
+        estimate, or (`within_noise`, where to search on from) came within the noise band of it."""
         top = best_of(searches)
         if top is None or top.value < (est / ctx.band if within_noise else est):
             return state.config, est
@@ -243,7 +197,8 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     alone = [(k, v) for k, vs in space.items() if k != lead and not (said and k == with_key)
              for v in vs if v != start.get(k)]
     # The deciding knob's other values, where its climb held its own at the best rung's value,
-    # come after the other knobs and what they make together (see the docstring).
+    # come after the other knobs, what they make together and the nearest alternative, and only
+    # where the knob's order no longer puts the held value first on the best rung's own step.
     later = {i for i, (k, _) in enumerate(alone) if held is not None and k == with_key and start.get(k) == held[0]}
 
     def each_alone(which: set[int]) -> None:
@@ -269,8 +224,7 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
     # The trial no together config took, or one spare after it: the nearest alternative of the
     # best found. After a together config, a rung compared side by side with the best one whose
     # loss there is smaller than what the kept knobs gained together: how they act on each rung
-    # decides (decode_bound's 3 workers read 0.95x of 2 in one look and the two knobs gained
-    # 1.35x at 2; its grid's best is 3 workers with both).
+    # decides, and the knobs may help at a neighbouring rung more than at the best one.
     together = measured(joint, feasible=True) if len(first) > 1 else None
     reach = max(ctx.margin, together.value / top) if together is not None else ctx.margin
     close = rungs.close
@@ -298,27 +252,9 @@ def staged(ctx: Any, name: str, space: dict[str, list[Any]], state: Any, est: fl
 
 def _nearest(start: TrainConfig, found: TrainConfig, lead: str, close: list[tuple[Any, float]], margin: float,
              left_out: list[tuple[float, str, Any]]) -> TrainConfig | None:
-    """Where the trial goes that no together config took (fewer than two knobs kept), or
-    the one after it: the nearest alternative of the best found (`found`: the rung with the
-    kept knobs, if any), measured once for the side-by-side decision. The best found at the
-    first rung of `close` (each rung and its ratio to the best one, in order of preference)
-    that read within `margin` of it (the least gain, or what the kept knobs gained together
-    where that is more), where there is one: the rungs could not be told apart on their own,
-    and the other knobs act on them differently (decode_bound's prefetch 4 helps at 3
-    workers and not at 2; its ladder went on from 2 after a 6-look comparison read 3 workers
-    0.97x of it, and ended at 0.91 of the grid's best with trials unused). `close` is the
-    rungs compared side by side; where none was (each read past the band then: in s26 3
-    and 4 workers read 0.94x of 2, the knobs gained 1.17x together at 2), after a together
-    config the ladder's own single readings, within half the kept knobs' joint gain (in log
-    terms): a rung that far behind is not worth the trial (the knobs would have to gain
-    half as much again there). Either way the neighbouring rung first, then the higher
-    ratio: a peak read on a noisy ladder is as likely beside the best rung as on it, and
-    ratios within the margin are a coin's toss apart (in s27 4 workers dueled 0.99x of 2,
-    3 workers 0.97x; the trial went to 4 workers with both knobs, and the run ended at 0.90
-    of the grid's best, 3 workers with both). Else the best found with the
-    left-out change whose single reading was the highest (one reading is one sample:
-    decode_bound's persistent workers read 0.71x alone once, 1.04-1.19x in the runs before,
-    and the run ended without them at 0.95)."""
+    """The one config measured after the kept knobs for the side-by-side decision: `found` at the
+    first rung of `close` (neighbouring rung first) that read within `margin` of the best one; else
+    the best found with the left-out change whose single reading was highest; else None."""
     near = [v for v, r in close if r >= 1 / margin and v != start.get(lead)]
     if near:
         return normalized(found, {lead: near[0]})

@@ -193,14 +193,9 @@ class Trainer:
                     )
 
     def settle(self) -> None:
-        """After a stream is closed mid-epoch: receive (and drop) every batch its persistent
-        workers were already asked for. A window stops mid-epoch with `num_workers x
-        prefetch_factor` batches requested: persistent workers went on decoding them after
-        the window, on the cores the next window (another config's, interleaved) is measured
-        on, which read 1.3-1.5x noise into decode_bound's comparisons; a real epoch ends with
-        none requested. The next `iter(loader)` resets the iterator as before. Non-persistent
-        iterators end their workers when dropped, and an iterator without these internals is
-        left as it is."""
+        """After a stream is closed mid-epoch: receive (and drop) every batch its persistent workers
+        were already asked for (`num_workers x prefetch_factor`), so they do not decode on the cores
+        the next window is measured on. Other iterators are left as they are."""
         epoch, self._epoch_iter = self._epoch_iter, None
         if not getattr(epoch, "_persistent_workers", False) or not hasattr(epoch, "_get_data"):
             return

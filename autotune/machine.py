@@ -106,15 +106,9 @@ def open_files_limit() -> int:
 
 
 def growth_limit(key: str, summary: Summary) -> int:
-    """The largest value a growing knob may take on this host, given what a trial used.
-
-    DataLoader workers are processes: each may hold as much resident memory as the
-    training process did (an upper bound; fork shares pages until they are written) and
-    several open files. When the trial loaded its batches in the training process, the
-    share of that wait spent on the CPU (`data_cpu_share`) bounds them too: a worker busy
-    a share `f` of its time saturates the cores at `cores / f` workers, and more only
-    time-slice with each other and with the step; twice that leaves room for workers that
-    wait on a full queue (CPU-bound decoding on 2 cores peaked at 3 workers here)."""
+    """The largest value a growing knob may take on this host, given what a trial used: for
+    DataLoader workers, bounded by memory (each may hold the training process's RSS), open files,
+    and `OVERSUBSCRIBE` times the workers that keep the cores busy (`cores / data_cpu_share`)."""
     if key != "data.num_workers":
         return 2**31
     limits = [open_files_limit() // FILES_PER_WORKER]
@@ -128,12 +122,9 @@ def growth_limit(key: str, summary: Summary) -> int:
 
 
 def saturating(key: str, top: int, *summaries: Summary) -> float | None:
-    """How many workers keep the cores busy, when `top` of them already exceed that by
-    `SATURATED` and growing the range could only time-slice them: a worker busy a share `f`
-    of its time (`data_cpu_share`, measured where the loading ran in the training process)
-    saturates the cores at `cores / f` workers. None when the range may grow.
-    decode_bound (2 ms of Python decoding a sample, 2 cores) peaked at 3-4 workers, and its
-    range of 4 grew to 5 for one trial that could not help."""
+    """How many workers keep the cores busy (`cores / data_cpu_share`), when `top` of them already
+    exceed that by `SATURATED` and growing the range could only time-slice them; None when the
+    range may grow."""
     if key != "data.num_workers":
         return None
     shares = [s.signals.data_cpu_share for s in summaries if s.signals and s.signals.data_cpu_share]

@@ -289,13 +289,9 @@ class Session:
                       losses=values[-steps:], epoch_cost_s=self._epoch_cost(epoch_start, wall / steps, steps))
 
     def _epoch_cost(self, epoch_start: float, step_s: float, steps: int) -> float:
-        """`steps` steps' share of an epoch boundary: the first batch's wait beyond a step.
-
-        Persistent workers start once per run: their first epoch's start is a one-time cost
-        (`one_time["worker_start_s"]`), like the first step, not charged to the window. A
-        look of five windows charged with it as if training lasted five windows read such
-        configs ~10% slow (decode_bound: a 1.4x change looked 1.0-1.2x in one look, against
-        1.39x in the judge, whose figures never held a first window)."""
+        """`steps` steps' share of an epoch boundary: the first batch's wait beyond a step. Persistent
+        workers start once per run: their first epoch's start is a one-time cost
+        (`one_time["worker_start_s"]`), not charged to the window."""
         per_epoch = self.trainer.steps_per_epoch
         if not per_epoch:
             return 0.0

@@ -1,8 +1,7 @@
 """How much faster this CPU multiplies in lower precision: the amp recipe's prior, measured.
 
-bf16 autocast is 1.4-1.7x faster on a Xeon with AMX and about 20x slower on an EPYC
-without it; fp16 on either is emulated (a ResNet's fp16 trial read 5 samples/s against
-330). One matrix product per dtype and fp32's, timed in turns at their best of up to
+A CPU with bf16 units runs bf16 autocast faster than fp32; one without them emulates it, far
+slower (fp16 is emulated on most CPUs). One matrix product per dtype and fp32's, timed in turns at their best of up to
 40 (a neighbour's burst only slows some), says which lower precision this machine has
 units for, in under a second. The step decides whether it pays: a dtype at least
 `FAST_UNITS` faster is searched for speed, one that is not is left out of the speed
@@ -20,14 +19,13 @@ import torch
 __all__ = ["FAST_UNITS", "KEY", "PRIOR_CAP", "amp_prior", "fast", "lowp_matmul", "text"]
 
 KEY = "precision.amp"  # the knob the probe speaks for, in any recipe that searches it
-# A dtype's matmuls at least this much faster than fp32's: the hardware has units for it (AMX
-# bf16 read 2.9-3.1x here idle, 20-22x beside a busy neighbour; emulated fp16 0.96-1.03x
-# timed in turns with fp32, up to 1.26x timed apart under load: 1.2 would let noise decide).
+# A dtype's matmuls at least this much faster than fp32's: the hardware has units for it (an
+# emulated dtype reads near 1x, and timing noise under load alone can read past 1.2x).
 FAST_UNITS = 1.5
 PRIOR_CAP = 2.0  # a step gains less than its matmuls do (casts, ops autocast leaves in fp32)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SIZE = 512
-REPEATS = 40  # best of 5 timed apart read fp16 at 1.23x, 0.97x, 1.33x
+REPEATS = 40  # best of many: a neighbour's burst slows only some of them, and a few vary widely
 TIME_S = 0.3  # at most this long per dtype after the first products (an emulated dtype: a few)
 
 

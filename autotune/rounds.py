@@ -1,17 +1,6 @@
-"""One recipe's round: search its knobs from the incumbent, grow a range whose best trial
-sits at its top while the waste it targets remains, then give the candidates that the
-search cannot tell from the incumbent an honest side-by-side comparison, and decide.
-
-A search measures each config once, so its estimates carry one measurement's noise; a
-lucky reading of the incumbent would hide real gains. The incumbent's estimate pools
-every reading of it in the run, and each candidate within the noise band of it (best
-first, a few at most) is re-measured in turns against it before anything is decided.
-Since the run holds readings of the incumbent, a round does not measure it again: its
-trials are new configs only, and a config an earlier round measured (resnet_jpeg's one
-thread, tried alone by the loader's round and again as the threads round's only config)
-takes that reading instead of a trial. A small space is walked most promising first, and a recipe
-whose most promising config reads slower than the incumbent beyond the noise, and then
-not faster side by side either (one look: a single reading can fall in a burst), stops there.
+"""One recipe's round (`play`): search its knobs from the incumbent, grow a range whose best
+trial sits at its top while the waste it targets remains, then compare the candidates the search
+cannot tell from the incumbent side by side and keep at most one (`decide`).
 """
 
 from __future__ import annotations
@@ -39,8 +28,8 @@ from .search import (GRID_LIMIT, SLOW_CUT, RecipeSearch, best_of, normalized, re
 REVISIT_TRIALS = 3  # fewest trials of a recipe's second round
 GROW_STEPS = 3  # most times a range grows in one round
 MOVED = 0.05  # a waste share this far below the incumbent's: the range's knob acts on it
-# Trials of a round whose prior gain is under twice the margin's gain (a 5% data wait: at
-# most 1.05x, where true gains of 1.05-1.06x failed confirmation under a 1.03 margin).
+# Trials of a round whose prior gain is under twice the margin's gain: a gain that small
+# the comparisons could barely confirm.
 SHORT_LOOK = 2
 
 
@@ -55,22 +44,9 @@ class Outcome:
 def play(ctx: Context, round_no: int, recipe: Recipe, target: Bottleneck, expected: float, state: State,
          trials_left: int, deadline: float | None, revisit: bool = False,
          near: dict[str, Any] | None = None) -> Outcome:
-    """Search `recipe` from `state`, compare its candidates, accept at most one.
-
-    A revisit (the recipe's class became the step's cost again after another change) gets
-    half the recipe's trials, at least `REVISIT_TRIALS`: its first search already ranked
-    the space, and the change that moved the step is what a second look can find. A
-    revisit for a near-miss alone (`near`: the changes its first round compared, which read
-    faster without showing it, `plan.Attempts.near_miss`) measures those changes from the
-    current config, one trial, where its space is larger than a revisit's trials: the
-    hypothesis is that the change kept since lets the near-miss pay, not that a new search
-    finds something else (resnet_jpeg's loader revisits climbed 5 trials after
-    channels_last to end at the same 1 thread, 0.87-0.89x, and took it past a quarter of
-    its grid's trials).
-
-    A recipe whose prior gain is under twice the margin's gets `SHORT_LOOK` trials (what it
-    could find, the comparisons could barely confirm), and the rest of its trials only when
-    one of those reads a gain beyond the noise band."""
+    """Search `recipe` from `state`, compare its candidates, accept at most one. A revisit gets half
+    the recipe's trials (at least `REVISIT_TRIALS`), or one trial of its near-miss (`near`); a recipe
+    whose prior gain is under `clear_gain` gets `SHORT_LOOK` trials unless one reads past the band."""
     runner = ctx.runner
     # The incumbent is part of the round's identity: a resumed run that reaches this round
     # from another config searches a study of its own (Optuna's spaces cannot change).
@@ -205,11 +181,8 @@ def _one(ctx: Context, name: str, config: TrainConfig, state: State, deadline: f
 
 def _probe(ctx: Context, name: str, recipe: Recipe, state: State, first: list, est: float,
            deadline: float | None) -> tuple[tuple | None, dict]:
-    """`_recheck` the round's first trial (in `first`) where its one reading fell below the
-    noise band of the incumbent's estimate; else nothing to say. A fallback recipe's first
-    config that runs is the round's only candidate: transformer_encoder's fused AdamW read
-    0.87x of the incumbent's estimate once (band 1/1.11) and its round ended there, while
-    side by side it reads 1.07-1.08x in each of three looks."""
+    """`_recheck` the round's first trial (in `first`) where its one reading fell below the noise
+    band of the incumbent's estimate `est`; else (None, {})."""
     if first and reading(first[0]) is not None and reading(first[0]) < est / ctx.band:
         return _recheck(ctx, name, recipe, state, first[0], deadline)
     return None, {}
@@ -217,16 +190,9 @@ def _probe(ctx: Context, name: str, recipe: Recipe, state: State, first: list, e
 
 def _recheck(ctx: Context, name: str, recipe: Recipe, state: State, trial: optuna.trial.FrozenTrial,
              deadline: float | None) -> tuple[tuple | None, dict]:
-    """A most promising config whose one reading fell below the noise band, looked at
-    side by side with the incumbent (`decide.recheck`) before its recipe's round stops:
-    the round stops (returns the trial and the look, or None for the look when there was
-    no time for it) unless that look reads it faster than the incumbent; then the search
-    goes on and the look is the config's first comparison (`seen`). One disturbance can
-    cover every window of a short trial: overhead_bound's compile (~0.3 s a trial) read
-    0.74x of the incumbent's estimate once and its recipe stopped, while side by side it
-    reads 1.14x. Not "unless the look's interval rules out a loss": one look's spread here
-    is +-15% (compute_bound's compile read 0.95x [0.81, 1.10], and its search, a duel of
-    its modes and a fresh look followed, to drop it after all)."""
+    """Look side by side at a most promising config whose one reading fell below the noise band:
+    (trial, look) to stop the round, unless the look reads it faster than the incumbent; then
+    (None, {its key: the look}), the look being its first comparison (`seen`)."""
     cand = TrainConfig().with_changes(trial.user_attrs["config"])
     look = recheck(ctx, name, recipe, state, cand, deadline)
     if look is None or not look.measured or not look.ratio > 1.0:
@@ -235,11 +201,8 @@ def _recheck(ctx: Context, name: str, recipe: Recipe, state: State, trial: optun
 
 
 def _climb_order(key: str, values: list, summary: Summary) -> list:
-    """The deciding knob's values in the order to climb at, from a measured step. For
-    intra-op threads, one thread (a core left to loader workers) first only where the step's
-    compute would still fit in today's step on one core (compute share x cores < 1: decoding
-    at 90% of the step on 2 cores); else the default first (a ResNet's convolutions at 88%
-    of the step would run 1.8x longer on one core, and workers cannot give that back)."""
+    """The deciding knob's values in climbing order from a measured step: for intra-op threads, one
+    thread first (a core left to loader workers) only where compute share x cores < 1, else the default first."""
     if key != "backend.num_threads" or 1 not in values:
         return values
     compute = sum(summary.stages[s].share for s in COMPUTE_STAGES if s in summary.stages)
@@ -273,12 +236,9 @@ CARRIED = {"data.num_workers": {"data.persistent_workers": True}}
 
 def _carried(ctx: Context, searches: list[RecipeSearch], grown: str, config: TrainConfig,
              best: optuna.trial.FrozenTrial) -> tuple[TrainConfig, str]:
-    """The config a range grows from: the best found, with each change of `CARRIED` that a
-    trial of this round at the same count (its other knobs as they were) read within the noise
-    of the best (and the words that say so).
-    input_bound's README run kept 8 workers without persistence (3199 samples/s against 3100
-    with it, one reading each) and grew to 16 restarted at every epoch: 7.9x, where 16
-    persistent ones had given 12.1x in the run before."""
+    """The config a range grows from: `best`'s, with each change of `CARRIED` that a trial of this
+    round at the same count (its other knobs as they were) read within the noise of the best, and
+    the words that say so."""
     words = []
     for k, v in CARRIED.get(grown, {}).items():
         alt = normalized(config, {k: v})
@@ -295,12 +255,9 @@ def _carried(ctx: Context, searches: list[RecipeSearch], grown: str, config: Tra
 
 def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: State, est: float | None,
           searches: list[RecipeSearch], trials_left: int, deadline: float | None) -> list[tuple[int, str]]:
-    """While the best trial sits at the top of a growable knob's range (or the top's trial
-    is within the noise of the best, or the best is in the range's top octave) and its
-    waste is still material, search that knob at twice and four times the top (within the
-    guard). Not when the range's best read no faster than the incumbent and left its waste
-    where it was: loader workers that neither speed the step nor shorten its data wait (a
-    FakeRunner's constant 30% wait once grew them to 123) show no direction to grow in."""
+    """While the best trial sits at a growable knob's top (or the top reads within the noise of it, or
+    it is in the top octave) and its waste is still material, search that knob at twice and four
+    times the top, within the host's limit; not where the range's best left its waste as it was."""
     out: list[tuple[int, str]] = []
     ranges = {k.key: ints(searches[0].space[k.key]) for k in recipe.knobs if k.grow and k.key in searches[0].space}
     growable = [k for k in recipe.knobs if ranges.get(k.key)]
@@ -339,7 +296,7 @@ def _grow(ctx: Context, name: str, recipe: Recipe, target: Bottleneck, state: St
                      f"the best trial ({high}) sat in the range's top octave")
             # Grown from the best config found, whichever trial showed the range too small: its
             # other knobs (persistent workers, prefetch depth) came from the search too, and
-            # 16 workers restarted at every epoch read below 6 persistent ones (input_bound).
+            # more workers without them can lose what they gave.
             summary, config = stored_summary(best), TrainConfig().with_changes(best.user_attrs["config"])
             busy = machine.saturating(knob.key, top, summary, state.summary)
             if busy:

@@ -280,13 +280,9 @@ class Runner:
     def measure(self, config: TrainConfig, trace: str | None = None,
                 on_window: Callable[[int, float], None] | None = None, floor: float | None = None,
                 until: float | None = None) -> Summary:
-        """Every window of one config, then the profiled run; the summary.
-
-        With a `floor` (samples/s), a config whose every window so far read below it is
-        stopped there (`TrialCut`): an engineer does not wait out a trial running at a
-        twentieth of the current speed (fp16 emulated on a CPU: 5 samples/s against 330, a
-        window of 96 s) for the figure that it lost. Past `until` (a `time.time()`), it is
-        stopped after the window it is in: the run's budget is kept."""
+        """Every window of one config, then the profiled run; the summary. With a `floor` (samples/s),
+        a config whose every window so far read below it is stopped there (`TrialCut`); past `until`
+        (a `time.time()`), it is stopped after the window it is in."""
         t0 = time.perf_counter()
         h = self.open(config)
         try:

@@ -31,29 +31,16 @@ def paired_ratio(a: list[float], b: list[float]) -> dict[str, float]:
 
 
 def noise_margin(ratio: float | None, pairs: int, min_gain: float) -> float:
-    """The ratio a change's interval must clear: what "no change" measured as (the A/A
-    ratio's distance from 1, in either direction), and never less than `1 + min_gain`.
-
-    The candidate's own interval already carries its window-to-window spread; the A/A
-    ratio adds what two identical configs differ by on this machine (process placement,
-    drift), which an interval from one comparison cannot see.
-    """
+    """The ratio a change's interval must clear: the A/A ratio's distance from 1 (either
+    direction; what identical configs differ by here), never less than `1 + min_gain`."""
     ok = pairs and ratio is not None and math.isfinite(ratio) and ratio > 0
     bias = abs(math.log(ratio)) if ok else 0.0
     return math.exp(max(bias, math.log1p(min_gain)))
 
 
 def look_mean(logs: list[float]) -> float:
-    """One look's location: the mean of its pairs' log ratios past the lowest and highest
-    fifth (one of each in five pairs; none under five).
-
-    This machine's noise comes in bursts: a window that a burst hits reads 20-50% slow, and
-    the pair holding it then reads that far off either way (pair log ratios of A/As on gpt,
-    overhead_bound and transformer_encoder had a kurtosis of 6.6-8.8, a normal's is 3). One
-    such pair moves a five-pair mean by 5-10%; trimmed, the looks of those A/As varied
-    0.54-0.82x as much (sd 0.0261 -> 0.0142 on overhead_bound, 16 looks; compute_bound's
-    light tails, kurtosis 2.4: 1.14x as much, within its sampling error). A burst hits
-    either side alike, so the trimmed mean of a look is unbiased wherever its plain mean is."""
+    """One look's location: the mean of its pairs' log ratios without the lowest and highest fifth
+    (one of each per five pairs; none under five), so a burst that slows one window moves it less."""
     g = len(logs) // 5
     kept = sorted(logs)[g:len(logs) - g]
     return statistics.fmean(kept)
@@ -71,18 +58,9 @@ def look_variance(logs: list[float]) -> float:
 def looks_ratio(looks: list[tuple[list[float], list[float]]],
                 nulls: list[tuple[list[float], list[float]]],
                 others: list[list[tuple[list[float], list[float]]]] = ()) -> dict[str, float]:
-    """Throughput ratio b/a over several comparisons ("looks"), each from a fresh pair of
-    sessions, with a 95% interval whose spread is the one *between* looks.
-
-    Windows of one session share its placement and disturbances, so the pairs of one
-    comparison are not independent draws: pooling the pairs of five comparisons as if
-    they were shrinks the interval below what a sixth comparison would show. Here each
-    look counts once (its trimmed mean log ratio, `look_mean`), and the variance of one
-    look's mean is pooled from the looks' deviations around their mean, the `nulls`' (A/As:
-    identical configs, whose true ratio is 1) deviations from 0 and each of `others`'
-    (earlier candidates' looks) deviations around its own mean, never below what the looks'
-    own pairs say of it (`look_variance`); Student's t with the pooled degrees of freedom.
-    `dof` says how many it had."""
+    """Throughput ratio b/a over several looks (each a fresh pair of sessions, counted once by its
+    `look_mean`) with a 95% Student-t interval: the variance pooled from the looks, the `nulls` (A/As,
+    around 1) and each of `others` around its own mean, never below `look_variance`; `dof` says how many."""
     def logs(a: list[float], b: list[float]) -> list[float]:
         return [math.log(y / x) for x, y in zip(a, b) if x > 0 and y > 0]
 

@@ -1,4 +1,4 @@
-"""TrainConfig: the dotted keys of DESIGN.md, YAML round trip, every error listed at once."""
+"""TrainConfig: dotted `section.knob` keys, YAML round trip, every error listed at once."""
 
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ def test_cross_field_rules_are_listed_together():
 
 
 def test_cross_field_and_field_errors_are_listed_at_once():
-    """DESIGN.md: invalid combinations are rejected with every error listed at once."""
+    """Invalid combinations are rejected with every error listed at once."""
     errs = _errors({
         "data": {"prefetch_factor": 2, "persistent_workers": True},
         "precision": {"amp": "fp8"},

@@ -21,7 +21,7 @@ CASES = [
 def test_planted_bottleneck_is_diagnosed(example, name, expected, limit):
     wl = load_workload(example(name))
     # One intra-op thread: the plants do not depend on threads, and with two, any other
-    # process on these 2 cores can stall OpenMP barriers 50-100x (DESIGN.md), turning
+    # process on these 2 cores can stall OpenMP barriers 50-100x, turning
     # microsecond ops into milliseconds and the launch-bound example into "compute".
     config = TrainConfig().with_changes({"backend.num_threads": 1})
     m = measure(wl, config, torch.device("cpu"), Protocol(windows=3, steps=16, warmup_steps=2))
