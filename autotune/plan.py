@@ -1,16 +1,11 @@
 """What to try next: every recipe that could act on a material waste or on the compute,
-ranked by expected gain per cost, across the whole verdict rather than its top label.
+ranked by expected gain per cost (a prior bounded by the measured shares; the measurement
+decides), the closing recipes once none is left, and why the run stops.
 
-A recipe's expected gain is a prior (the recipe file's `removes` and `compute_speedup`)
-bounded by the measured shares (Amdahl); it only orders the ladder, the measurement
-decides. What gates a recipe is the waste it targets: a non-compute waste is worth trials
-only while removing all of it could clear the noise (its Amdahl bound, `material`); the
-compute is always worth the recipes that apply, since no prior says what they gain on this
-machine (a prior's best case below the noise margin is still measured). A recipe
-may be tried again once, when a later accepted change has moved the step's time onto the
-class it targets. When the config does not fit the memory limit, the memory-saving
-recipes are searched together first (precision, micro-batch, checkpointing), since any
-one alone may not fit while a pair does.
+A non-compute waste is worth trials only while removing all of it could clear the noise
+(`material`); the compute is worth every recipe that applies. A recipe may be tried again
+once, when a later kept change moved the step's time onto its class. A config over the
+memory limit gets the memory-saving recipes searched together first.
 """
 
 from __future__ import annotations
@@ -24,8 +19,9 @@ from .handoff import gates
 from .config import TrainConfig
 from .diagnose import ADVICE, COMPUTE_STAGES, material, resolvable
 from .errors import ConfigError
+from .leftover import words
 from .recipes import Knob, Recipe
-from .record import Bottleneck, Step, Verdict, Waste
+from .record import Bottleneck, Leftover, Step, Verdict, Waste
 
 __all__ = ["STACK", "UNDO", "Attempts", "Choice", "closing_recipe", "expected_gain", "inapplicable",
            "joint_memory_recipe", "rank", "stacked_recipe", "stop_reason", "undo_recipe"]
@@ -44,8 +40,8 @@ class Choice:
 
 @dataclass
 class Attempts:
-    """Which recipes were tried, how often, and the shares of their targets each round left;
-    which were rejected with a gain inside the noise, and how many changes were kept since."""
+    """Which recipes were tried, how often, the shares each round left, which fell short inside
+    the noise, and how many changes were kept since."""
 
     shares: dict[str, list[dict[Bottleneck, float]]] = field(default_factory=dict)
     kept: int = 0  # accepted steps so far
@@ -64,10 +60,8 @@ class Attempts:
         return len(self.shares.get(name, []))
 
     def may_try(self, recipe: Recipe, verdict: Verdict) -> bool:
-        """Untried, or tried once and either a target's share has since grown materially from
-        what that round left (a later change moved the step's time back onto it), or its gain
-        fell inside the noise and a change was kept since (fewer threads may pay only once
-        compile and a fused optimizer have removed the larger costs)."""
+        """Whether `recipe` may be searched: untried, or tried once and either a target's share has
+        grown materially since, or its gain fell inside the noise and a change was kept since."""
         past = self.shares.get(recipe.name)
         if not past:
             return True
@@ -76,9 +70,8 @@ class Attempts:
         return self.kept > self.inconclusive.get(recipe.name, self.kept) or self._grown(recipe, verdict)
 
     def near_miss(self, recipe: Recipe, verdict: Verdict) -> dict[str, Any] | None:
-        """The changes a revisit is for, when it is for a near-miss alone (its gain fell
-        inside the noise and a change was kept since, and no target's share has grown):
-        what `rounds.play` measures again from the current config instead of a new search."""
+        """The changes of a near-miss to measure again from the current config (its gain fell inside
+        the noise, a change was kept since, no target's share grew); None for any other revisit."""
         if self.times(recipe.name) != 1 or self._grown(recipe, verdict) or \
                 not self.kept > self.inconclusive.get(recipe.name, self.kept):
             return None
@@ -97,14 +90,9 @@ class Attempts:
 
 def expected_gain(recipe: Recipe, waste: Waste, stages: dict[str, float] | None = None,
                   lowp: dict[str, float] | None = None, handoff: float | None = None) -> float:
-    """The prior gain of `recipe` on one waste, bounded by the waste's measured share (for
-    a recipe that acts on one compute stage, that stage's share in `stages`, and of a
-    dispatch-bound step's launch cost the part inside that stage: Amdahl). A
-    recipe that searches autocast's precision takes its compute speedup from the probe of
-    this machine's matmuls (`lowp`, `autotune.probe`) where there is one. A recipe that
-    moves loading into workers leaves the step receiving its batches from them
-    (`handoff`: that share of the step, where the step loads in its own process and it
-    was measured, `autotune.handoff`): it can remove only the wait beyond that."""
+    """The prior gain of `recipe` on one waste, bounded by its measured share (Amdahl; a one-stage
+    recipe by that stage's share in `stages`); autocast's speedup from the `lowp` probe, and a
+    loader's gain from the wait beyond the `handoff` share, where measured."""
     if waste.cls is Bottleneck.COMPUTE:
         share = waste.share
         if recipe.stage is not None:
@@ -129,10 +117,8 @@ def expected_gain(recipe: Recipe, waste: Waste, stages: dict[str, float] | None 
 def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, bool], attempts: Attempts,
          margin: float, only: tuple[str, ...] = (), lowp: dict[str, float] | None = None,
          handoff: float | None = None) -> list[Choice]:
-    """Every recipe worth a search now, best expected gain per cost first (`lowp`: the
-    low-precision probe, which can say that autocast cannot speed up this machine;
-    `handoff`: the share of the step receiving its batches from workers would cost, which
-    can say that workers cannot shorten its data wait)."""
+    """Every recipe worth a search now, best expected gain per cost first (`lowp` and `handoff`
+    as in `expected_gain`)."""
     out = []
     for r in recipes:
         if (only and r.name not in only) or not r.applies(device, facts)[0] or not attempts.may_try(r, verdict):
@@ -153,9 +139,8 @@ def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, 
 
 
 def inapplicable(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, bool], margin: float) -> str:
-    """Why recipes for a material waste other than compute are not searched on this workload
-    (they need something it lacks), as a clause; "" where none is left out so. A recipe for
-    another device is not named: its waste is not measured here."""
+    """Why recipes for a material non-compute waste do not apply to this workload, as a clause
+    ("" where none is left out so; recipes for another device are not named)."""
     wastes = {w.cls for w in verdict.wastes if w.cls is not Bottleneck.COMPUTE and material(w, margin)}
     out = []
     for r in recipes:
@@ -188,27 +173,9 @@ STACK = "stack"
 
 def stacked_recipe(steps: list[Step], config: TrainConfig, recipes: dict[str, Recipe],
                    margin: float) -> Recipe | None:
-    """The changes that side by side were neither shown nor ruled out, stacked into one
-    candidate: the latest rejected step of each recipe whose comparison read within the
-    margin of no change or better and whose interval reaches past the margin, most gain
-    first, each key from the first that sets it, keeping what fits together.
-
-    Gains of 2-7% apiece sit inside this machine's between-session noise and are rejected
-    one by one, though together they are one clear change: resnet_jpeg's grid's best is 1
-    thread, channels_last, foreach and bf16 together, 1.14x the default, and no part alone
-    cleared the margin; overhead_bound's 1 thread (1.18x over 30 pairs) and compile (which
-    helps only with it) were each rejected. An engineer stacks the near-misses and measures
-    the stack; so does this, once, as a recipe of one config, under the same decision.
-    A part may read just under 1: transformer_encoder's bf16 read 0.99x [0.89, 1.11] and
-    fused AdamW 1.05x [0.91, 1.20], and the judge read bf16 alone 1.01x, the two together
-    1.15x (the grid's best); the stored runs before would have stacked overhead_bound's
-    compile (0.99x) with its 1 thread (1.04x) the same way, its grid's best.
-
-    One near-miss alone is measured again only where a change was kept after its round: its
-    comparison was against a config that is gone. overhead_bound's 1 thread read 1.00x
-    [0.93, 1.07] before compile was kept, and the run stopped at 0.80 of its grid's best (1
-    thread with compile; s20); in s19c, 1 thread read 1.14x there, was revisited after
-    compile (`Attempts.may_try`: it had pointed up) and was kept at 1.25x."""
+    """The near-misses (each recipe's latest rejected step that read within the margin of no change
+    or better, its interval past the margin) stacked into one config, most gain first; a lone one
+    only where a change was kept after its round; None where none is left."""
     latest: dict[str, Step] = {}
     for st in steps:
         if st.recipe != STACK:
@@ -247,22 +214,9 @@ UNDO = "undo-"  # the name of a recipe that undoes a kept one: "undo-threads"
 
 
 def undo_recipe(steps: list[Step], config: TrainConfig, done: set[str]) -> Recipe | None:
-    """The earliest change kept before another kept change, undone, as a recipe of one
-    config (None when there is none left to try).
-
-    A kept change was measured against the config of its round; each change kept after it
-    alters the code it runs beside, and can turn its gain into a loss. gpt (s35, Zen 4):
-    one intra-op thread read 1.20x [1.14, 1.27] over 3 looks on the eager default and was
-    kept; the fused AdamW and compile kept after it each run their kernels wide, and the
-    judge read the final config 0.84 of the same without the thread limit (the stored grid:
-    fused at the default threads 2,052 samples/s, with one thread 1,589). An engineer checks
-    each earlier fix again in the final config; so does this, one undo each, oldest first
-    (its comparison is the most out of date), under the same decision as any candidate,
-    and goes on to the next only while undoes are kept: an undo rejected says the oldest
-    change held in the final config, and the younger ones were measured against configs
-    closer to it (a trial each would cost overhead_bound, with three kept changes, 7 of its
-    grid's 24 where 5 found its best). Changes kept to fit the memory limit are not undone
-    (the config would not fit)."""
+    """The earliest change kept before another kept change, undone, as a candidate of one config
+    (later changes may have turned its gain into a loss); None once an undo was rejected or none is
+    left. Changes kept to fit the memory limit are not undone."""
     if any(st.recipe.startswith(UNDO) and not st.accepted for st in steps):
         return None
     kept = [st for st in steps if st.accepted and st.changes and st.bottleneck is not Bottleneck.MEMORY]
@@ -274,7 +228,7 @@ def undo_recipe(steps: list[Step], config: TrainConfig, done: set[str]) -> Recip
         try:
             config.with_changes(back)
         except ConfigError:
-            continue  # a later change needs it (workers that a later persistent_workers relies on)
+            continue  # a later change needs it
         gain = st.speedup.ratio if st.speedup and st.speedup.ratio else 1.0
         return Recipe(
             name=name, summary=f"{st.recipe} (kept in round {st.round} at {gain:.2f}x) undone in the final config: "
@@ -293,19 +247,22 @@ def closing_recipe(steps: list[Step], config: TrainConfig, recipes: dict[str, Re
     return stack or undo_recipe(steps, config, done)
 
 
-def stop_reason(verdict: Verdict, margin: float, lowp: dict[str, float] | None = None, why_not: str = "") -> str:
-    """Why no recipe is worth trying: what is left, in numbers, and any fix that is code
-    (`why_not`: why the input waste's recipes were not worth it, where a probe said so)."""
-    left = [w for w in verdict.wastes if w.cls is not Bottleneck.COMPUTE]
-    if not left or not any(material(w, margin) for w in left):
-        rest = "; ".join(f"{w.cls.value} {w.share:.0%} (at most {w.max_gain:.2f}x)" for w in left if w.max_gain)
-        below = f" (what is left: {rest}, not above {resolvable(margin):.3f}: what the noise can resolve)" if rest else ""
+def stop_reason(verdict: Verdict, margin: float, lowp: dict[str, float] | None = None, why_not: str = "",
+                left: Leftover | None = None) -> str:
+    """Why no recipe is worth trying: what is left, in numbers, or where a waste is left, `left`'s
+    words (`leftover.words`); without `left`, the waste, `why_not` and any fix that is code."""
+    rest = [w for w in verdict.wastes if w.cls is not Bottleneck.COMPUTE]
+    if not rest or not any(material(w, margin) for w in rest):
+        what = "; ".join(f"{w.cls.value} {w.share:.0%} (at most {w.max_gain:.2f}x)" for w in rest if w.max_gain)
+        below = f" (what is left: {what}, not above {resolvable(margin):.3f}: what the noise can resolve)" if what else ""
         slow = "" if not lowp or probe.fast(lowp) else (
             " (autocast does not apply for speed here: this CPU's lower-precision matmuls run at "
             + probe.text(lowp) + " of fp32's)")
         return (f"the slowest stage is acceptable: the step is compute-bound{below}, and every compute recipe that "
                 f"applies was tried{slow}")
-    top = next(w for w in left if material(w, margin))
+    if left is not None:
+        return words(left)
+    top = next(w for w in rest if material(w, margin))
     advice = ADVICE.get(top.cls)
     why = f"; {why_not}" if why_not and top.cls is Bottleneck.INPUT else ""
     return (f"no recipe left for the {top.cls.value} bottleneck ({top.reason}){why}"

@@ -210,11 +210,9 @@ class Noise(Ratio):
                           "(0: the A/A's width alone)")
 
     def too_noisy(self) -> bool:
-        """Whether the band was wider than `BAND_CAP`, which only the A/As can make it (their
-        width, or their ratio through the margin): identical configs read that far apart, so
-        something else was using the machine while the baseline was re-measured (s32: A/As
-        of 1.67x [0.76, 3.65] and 1.18x [0.38, 3.63], a band of 4.79, and no gain was kept).
-        An unbounded band is the noisiest of all."""
+        """Whether the band was wider than `BAND_CAP`, which only the A/As can make it (their width, or
+        their ratio through the margin): something else used the machine while the baseline was
+        re-measured. An unbounded band is the noisiest of all."""
         return self.band is not None and self.band > BAND_CAP
 
 
@@ -334,6 +332,29 @@ class Budget(Record):
     budget_s: float | None = None
 
 
+class Limit(str, Enum):
+    """What stopped a lever short of removing its waste (the JSON names are part of the contract)."""
+
+    OPEN_FILES = "open_files"  # the host's open-file limit, a few files per loader worker
+    MEMORY = "memory"  # the host's available memory, each worker as large as the training process
+    CORES = "cores"  # loading is CPU work and the workers already fill the cores
+    NO_FASTER = "no_faster"  # more of the knob was measured and read no faster
+    FAILED = "failed"  # more of the knob was tried and could not run
+    HANDOFF = "handoff"  # receiving a batch from a worker costs most of what loading it in the step does
+    SEARCH = "search"  # the round's trials or its range's growth ran out before more was measured
+
+
+class Leftover(Record):
+    """The waste a run stopped with: why its lever stopped where it did, and what a person can do."""
+
+    waste: Bottleneck
+    reason: str = Field(description="Why no recipe is left for it: the start of `stop_reason`.")
+    limit: Limit | None = Field(None, description="What stopped its lever (null: none was searched on it).")
+    why: str = Field("", description="That limit in words, with the measured numbers it was read from.")
+    advice: str = Field("", description="What a person can do, and where: \"beyond autotune's knobs: ...\".")
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
 class Report(Record):
     """A whole tuning run; `report.json` is this model's JSON."""
 
@@ -358,20 +379,18 @@ class Report(Record):
                                   "fresh pair of sessions; its interval holds the spread between sessions (the A/As' "
                                   "and the run's other looks), not only its own pairs'")
     stop_reason: str | None = None
+    leftover: Leftover | None = Field(None, description="A waste left at the stop: why its lever stopped where it "
+                                      "did, and what a person can do (`stop_reason` holds the same words).")
     budget: Budget | None = None
     complete: bool = Field(False, description="False: the run was stopped (signal, error) and this report is "
                            "partial; stop_reason says why. Rerun the same command to resume.")
 
     def missing(self) -> list[str]:
         """What an interrupted run did not get to record, in words."""
-        checks = [
-            (self.baseline, "the baseline measurement"),
-            (self.final, "the final measurement"),
-            (self.speedup, "the final-versus-baseline speedup"),
-            (self.diagnosis, "the diagnosis of the final config"),
-            (self.steps, "any recipe step (none was tried)"),
-            (self.stop_reason, "the reason the search stopped"),
-        ]
+        checks = [(self.baseline, "the baseline measurement"), (self.final, "the final measurement"),
+                  (self.speedup, "the final-versus-baseline speedup"),
+                  (self.diagnosis, "the diagnosis of the final config"),
+                  (self.steps, "any recipe step (none was tried)"), (self.stop_reason, "the reason the search stopped")]
         return [words for value, words in checks if not value]
 
 

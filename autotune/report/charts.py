@@ -132,14 +132,8 @@ def _stage_bar(s: Summary, stages: list[str], total: float, x: float, y: float, 
 
 
 def stage_chart(report: Report) -> str:
-    """Horizontal stacked bars: ms per step by stage, baseline above final, one scale.
-
-    Args:
-        report: The run; a summary without stage times gets no bar.
-
-    Returns:
-        An `<svg>` element, or a short paragraph when no stage times were recorded.
-    """
+    """Horizontal stacked bars of ms per step by stage, baseline above final on one scale, as an
+    `<svg>`; a short paragraph where no stage times were recorded."""
     b, f = report.baseline, report.final
     bars = [(name, s) for name, s in (("baseline", b), ("final", f)) if s is not None and s.stages]
     if not bars:
@@ -184,15 +178,8 @@ def _speedup_legend(bar: float | None, left: float) -> list[str]:
 
 
 def speedup_chart(report: Report) -> str:
-    """Bars per step (and overall) with CI whiskers, the 1x line and the least gain kept
-    (what a kept step's interval cleared).
-
-    Args:
-        report: The run; steps without a measured speedup are left out.
-
-    Returns:
-        An `<svg>` element, or a short paragraph when nothing was measured.
-    """
+    """Bars per step (and overall) with CI whiskers, the 1x line and the least gain kept, as an
+    `<svg>`; steps without a measured speedup are left out."""
     items = _speedup_items(report)
     if not items:
         return empty("No step was measured against its baseline.")
@@ -273,14 +260,8 @@ def _history_legend(left: float) -> list[str]:
 
 
 def history_chart(report: Report) -> str:
-    """Scatter of every trial in the order tried: samples/s, by state, rounds shaded.
-
-    Args:
-        report: The run; trials without a result sit on a "no result" row under the axis.
-
-    Returns:
-        An `<svg>` element, or a short paragraph when no trial was run.
-    """
+    """Every trial in the order tried (samples/s, by state, rounds shaded) as an `<svg>`; trials
+    without a result sit on a "no result" row under the axis."""
     points, rounds = _history_points(report)
     if not points:
         return empty("No trials were run.")

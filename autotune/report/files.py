@@ -28,15 +28,8 @@ _SHOWN_ERRORS = 3  # validation errors named in a message; the rest are counted
 
 
 def write_reports(report: Report, out_dir: str | Path) -> list[Path]:
-    """Write `report.json`, `report.md` and `report.html` into `out_dir`, each atomically.
-
-    Args:
-        report: The run, complete or interrupted.
-        out_dir: The folder to write into; created when missing.
-
-    Returns:
-        The paths written, the JSON first.
-    """
+    """Write `report.json` (first), `report.md` and `report.html` into `out_dir` (created when
+    missing), each atomically; returns the paths written."""
     out = Path(out_dir)
     paths = [out / "report.json", out / "report.md", out / "report.html"]
     atomic.write_text(paths[0], report.model_dump_json(indent=2))
@@ -92,18 +85,8 @@ def tuned_comments(report: Report) -> dict[str, str]:
 
 
 def write_tuned_config(report: Report, out_dir: str | Path) -> Path:
-    """Write `tuned.yaml`: the final config, each changed key commented with its evidence.
-
-    Args:
-        report: The run; without a final config the defaults are written.
-        out_dir: The folder to write into; created when missing.
-
-    Returns:
-        The path of `tuned.yaml`.
-
-    Raises:
-        ConfigError: The report's final config is not a valid `TrainConfig`.
-    """
+    """Write `tuned.yaml` into `out_dir`: the final config (the defaults without one), each changed
+    key commented with its evidence; a final config that is not valid raises `ConfigError`."""
     final = TrainConfig() if report.final_config is None else from_flat(report.final_config, source="final config")
     path = Path(out_dir) / "tuned.yaml"
     save_config(final, path, tuned_comments(report))
@@ -142,18 +125,8 @@ def _finite_float(text: str) -> float:
 
 
 def load_report(folder: str | Path) -> Report:
-    """Read `folder/report.json` back into a `Report`.
-
-    Args:
-        folder: The `--out` folder of an `autotune tune` run.
-
-    Returns:
-        The validated report.
-
-    Raises:
-        UserError: The folder or file is missing, not JSON, or not a valid report; the
-            message names the file and says to run `autotune tune TARGET --out DIR` again.
-    """
+    """The validated `Report` of `folder/report.json`; a missing, unreadable or invalid file raises a
+    `UserError` that names it and says to run `autotune tune TARGET --out DIR` again."""
     folder = Path(folder)
     path = folder / "report.json"
     again = f"run `autotune tune TARGET --out {folder}` again to write it, then `autotune report {folder}`"
@@ -185,17 +158,8 @@ def load_report(folder: str | Path) -> Report:
 
 
 def rerender(folder: str | Path) -> list[Path]:
-    """`autotune report DIR`: write `report.md` and `report.html` again from `DIR/report.json`.
-
-    Args:
-        folder: The `--out` folder of an `autotune tune` run.
-
-    Returns:
-        The paths written: `report.md`, then `report.html`.
-
-    Raises:
-        UserError: As `load_report`.
-    """
+    """`autotune report DIR`: write `report.md` and `report.html` again from `DIR/report.json` and
+    return their paths (errors as `load_report`'s)."""
     folder = Path(folder)
     report = load_report(folder)
     paths = [folder / "report.md", folder / "report.html"]

@@ -25,14 +25,7 @@ class Code(str):
 
 
 def number(x: Any) -> float | None:
-    """A finite number as a float, or None for anything else.
-
-    Args:
-        x: Any value; booleans, text, None, NaN and infinities are not numbers here.
-
-    Returns:
-        The value as a float when it is a finite int or float, else None.
-    """
+    """A finite int or float as a float; None for anything else (booleans, text, NaN, infinities)."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
     return float(x) if math.isfinite(x) else None
@@ -52,14 +45,8 @@ def fmt_value(v: Any) -> str:
 
 
 def change_list(changes: dict[str, Any]) -> list[Code]:
-    """`key: old → new` for each changed dotted key.
-
-    Args:
-        changes: `{"section.key": [old, new]}`; a value that is not a pair prints alone.
-
-    Returns:
-        One `Code` text per key, in the mapping's order.
-    """
+    """`key: old → new` as one `Code` per changed dotted key, in the mapping's order (a value that
+    is not a pair prints alone)."""
     out = []
     for key, pair in changes.items():
         if isinstance(pair, (list, tuple)) and len(pair) == 2:
@@ -82,14 +69,7 @@ def fmt_ci(low: Any, high: Any) -> str:
 
 
 def fmt_speedup(sp: Ratio | None) -> str:
-    """`4.13× (CI 3.88–4.41, 4 pairs)`, or "not measured".
-
-    Args:
-        sp: A measured ratio with its interval, or None.
-
-    Returns:
-        The ratio, its interval and the number of interleaved pairs in words.
-    """
+    """`4.13× (CI 3.88–4.41, 4 pairs)`, or "not measured"."""
     if sp is None or number(sp.ratio) is None:
         return "not measured"
     return f"{fmt_ratio(sp.ratio)} (CI {fmt_ci(sp.low, sp.high)}, {sp.pairs} pairs)"

@@ -17,7 +17,7 @@ from .charts import e, empty, history_chart, speedup_chart, stage_chart
 from .fmt import Code, fmt_bytes, fmt_ci, fmt_ms, fmt_rate, fmt_ratio, number
 from .tables import (
     NOT_RECORDED, Table, budget_text, comparison_table, evidence_table, waste_table, headline, noise_text, noise_warning,
-    protocol_table, recommendation_table, run_table, stage_table, step_title, step_verdict, trial_table,
+    protocol_table, recommendation_table, run_table, stage_table, step_title, step_verdict, stop_lines, trial_table,
 )
 
 __all__ = ["render_html"]
@@ -164,20 +164,14 @@ def _cards(report: Report) -> list[str]:
         _card("Baseline and final", "", _table(comparison_table(report))),
         _card("Run", "", '<div class="cols">', "<div>", _table(run_table(report), "kv"), "</div><div>",
               _table(protocol_table(report), "kv"), "</div></div>"),
-        _card("How it ended", "", f"<p><b>Stop reason:</b> {e(report.stop_reason or NOT_RECORDED)}</p>",
+        _card("How it ended", "", *(f"<p><b>{e(label)}:</b> {e(text)}</p>" for label, text in stop_lines(report)),
               f"<p><b>Budget:</b> {e(budget_text(report))}</p>"),
     ]
 
 
 def render_html(report: Report) -> str:
-    """The whole report as one self-contained HTML page.
-
-    Args:
-        report: The run, complete or interrupted; missing parts are named, not skipped.
-
-    Returns:
-        The text of `report.html`: inline CSS and SVG, nothing fetched, all text escaped.
-    """
+    """The whole report as one self-contained HTML page (inline CSS and SVG, nothing fetched, all
+    text escaped); an interrupted run's missing parts are named, not skipped."""
     body = [_header(report), _kpis(report), *_cards(report),
             f'<footer>autotune {e(report.autotune_version)}: self-contained report, no network needed</footer>']
     title = f"autotune: {report.workload or 'report'}"

@@ -10,7 +10,7 @@ from autotune.record import Report, Verdict
 from .fmt import Code, fmt_ratio, fmt_speedup
 from .tables import (
     NOT_RECORDED, Table, budget_text, comparison_table, evidence_table, waste_table, headline, noise_text, noise_warning,
-    protocol_table, recommendation_table, run_table, stage_table, step_title, step_verdict, trial_table,
+    protocol_table, recommendation_table, run_table, stage_table, step_title, step_verdict, stop_lines, trial_table,
 )
 
 __all__ = ["md_code", "md_fence", "md_text", "render_markdown"]
@@ -22,17 +22,8 @@ _ENTITY = re.compile(r"&(?=#?\w+;)")  # `&lt;` would render as `<`
 
 
 def md_text(text: Any, block: bool = False) -> str:
-    """Text from the report (names, reasons, messages) as Markdown that renders as that text.
-
-    Args:
-        text: Anything; its `str` is used, with every line break made a space.
-        block: The text starts a line (a paragraph): a leading `#`, `>`, `-`, `+`, `=` or
-            `1.` is escaped too, so it cannot become a heading, quote, list or rule.
-
-    Returns:
-        The text with Markdown's punctuation (`\\ ` * [ ] < > | ~ #`, emphasis `_`, and
-        entities) escaped.
-    """
+    """`text` (its `str`, line breaks made spaces) as Markdown that renders as that text: its
+    punctuation escaped, and with `block`, a leading `#`, `>`, `-`, `+`, `=` or `1.` too."""
     out = " ".join(str(text).splitlines())
     out = _SPECIAL.sub(r"\\\1", out)
     out = _UNDERSCORE.sub(r"\\_", out)
@@ -121,19 +112,14 @@ def _md_steps(report: Report) -> list[str]:
 
 
 def render_markdown(report: Report) -> str:
-    """The whole report as Markdown.
-
-    Args:
-        report: The run, complete or interrupted; missing parts are named, not skipped.
-
-    Returns:
-        The text of `report.md`.
-    """
+    """The whole report as Markdown; an interrupted run's missing parts are named, not skipped."""
     out = _md_head(report) + _md_measurements(report)
     out += ["## Diagnosis", ""]
     out += _md_diagnosis("Before tuning", report.initial_diagnosis)
     out += _md_diagnosis("After tuning", report.diagnosis)
     out += _md_recommendations(report) + _md_steps(report)
-    out += ["## Stop reason", "", md_text(report.stop_reason or NOT_RECORDED, block=True), "", "## Budget", "",
-            md_text(budget_text(report), block=True), ""]
+    out += ["## Stop reason", ""]
+    for i, (label, text) in enumerate(stop_lines(report)):
+        out += [md_text(text, block=True) if i == 0 else f"**{md_text(label)}:** {md_text(text)}", ""]
+    out += ["## Budget", "", md_text(budget_text(report), block=True), ""]
     return "\n".join(out)

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from autotune import probe
 from autotune.clock import STAGES
+from autotune.leftover import words
 from autotune.record import Report, Step, Summary, Verdict
 
 from .fmt import (
@@ -21,7 +22,7 @@ from .fmt import (
 __all__ = [
     "NOT_RECORDED", "Table", "budget_text", "comparison_table", "evidence_table", "waste_table", "headline", "noise_text",
     "noise_warning", "protocol_table", "recommendation_table", "run_table", "stage_ms", "stage_names", "stage_table",
-    "step_title", "step_verdict", "trial_table", "verdict_word",
+    "step_title", "step_verdict", "stop_lines", "trial_table", "verdict_word",
 ]
 
 Table = tuple[list[str], list[list[Any]]]
@@ -259,9 +260,8 @@ def noise_text(report: Report) -> str:
 
 
 def noise_warning(report: Report) -> str | None:
-    """A warning where the measurements were too noisy to tell small gains from none (None where not): a busy
-    machine, or a step whose time varies from batch to batch (a char LSTM on variable-length lines read its
-    A/A 0.99x [0.76, 1.29] on an idle machine)."""
+    """A warning where the measurements were too noisy to tell small gains from none (a busy machine,
+    or a step whose time varies from batch to batch); None where they were not."""
     n = report.noise
     if n is None or not n.too_noisy():
         return None
@@ -271,6 +271,19 @@ def noise_warning(report: Report) -> str | None:
             f"missed (what was kept still cleared its side-by-side looks). Either the machine was busy (run again "
             f"with nothing else running, `uptime`'s load near 0), or the step's own time varies from batch to batch "
             f"(variable-length inputs: more steps per window, `--steps`, average more batches into each reading).")
+
+
+def stop_lines(report: Report) -> list[tuple[str, str]]:
+    """Why the run stopped, as (label, text) lines: the reason, and where a waste was left, why
+    its lever stopped where it did and what a person can do (and where: beyond autotune's knobs)."""
+    left = report.leftover
+    if left is None or report.stop_reason != words(left):
+        return [("Stop reason", report.stop_reason or NOT_RECORDED)]
+    out = [("Stop reason", left.reason)] + ([("Why it stopped there", left.why)] if left.why else [])
+    where, _, what = left.advice.partition(": ")
+    if left.advice:
+        out.append((f"What you can do, {where}", what) if what else ("What you can do", left.advice))
+    return out
 
 
 def budget_text(report: Report) -> str:

@@ -21,7 +21,7 @@ from autotune.record import Report, Summary, Trial, Verdict
 from autotune.units import format_bytes
 
 from .fmt import number
-from .tables import noise_warning, stage_names, verdict_word
+from .tables import noise_warning, stage_names, stop_lines, verdict_word
 
 if TYPE_CHECKING:
     from autotune.recipes import Recipe
@@ -37,10 +37,8 @@ _COLORS = {"data": "red", "h2d": "magenta", "forward": "cyan", "backward": "blue
 
 
 def progress() -> Progress:
-    """A transient progress bar: description, bar, i/N, a note, elapsed and remaining time.
-
-    The description and the note are plain text, never markup: they hold workload and
-    recipe names and failure reasons."""
+    """A transient progress bar (description, bar, i/N, note, elapsed and remaining time) whose
+    description and note are plain text, never markup."""
     return Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
                     TextColumn("{task.completed}/{task.total}"), TextColumn("{task.fields[note]}", markup=False),
                     TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True)
@@ -107,20 +105,8 @@ def recipe_table(recipes: Sequence[Recipe], device: str | None = None, facts: di
 
 def print_profile(workload: str, device: str, batch_size: int, summary: Summary, verdict: Verdict,
                   recipes: Sequence[Recipe], facts: dict[str, bool], advice: str, left_out: Sequence[str] = ()) -> None:
-    """What `autotune profile` shows: the measurement, its stages, the verdict, the recipes.
-
-    Args:
-        workload: The workload's name.
-        device: The device type (`cpu`, `cuda`).
-        batch_size: The workload's batch size.
-        summary: The measurement of the default config.
-        verdict: Its diagnosis.
-        recipes: The recipes worth a search, in the order tune tries them.
-        facts: What recipes may require of the model (`conv`, `checkpoint_blocks`).
-        advice: What to do when no recipe matches.
-        left_out: Why a recipe that targets a waste found is not listed (a probe ruled it out, or it needs
-            something the workload lacks).
-    """
+    """What `autotune profile` shows: the measurement, its stages, the verdict, the recipes worth
+    a search in tune's order (or `advice` where none is), and why any was `left_out`."""
     c = console
     c.print(f"[bold]{escape(workload)}[/] on {escape(device)}, batch {batch_size}, default config")
     for line in measurement_lines(summary):
@@ -156,12 +142,8 @@ def _recommendations_table(report: Report) -> Table:
 
 
 def print_tune_summary(report: Report, out: str | Path) -> None:
-    """The end of `autotune tune`: throughput before and after, speedup, noise, recommendations.
-
-    Args:
-        report: The run, complete or interrupted.
-        out: The folder the files were written to.
-    """
+    """The end of `autotune tune`: throughput before and after, speedup, noise, recommendations,
+    why it stopped (and what a person can do), the budget, and the folder `out` written."""
     c = console
     base = report.baseline.samples_per_s if report.baseline is not None else None
     final = report.final.samples_per_s if report.final is not None else None
@@ -179,7 +161,10 @@ def print_tune_summary(report: Report, out: str | Path) -> None:
     c.print(_recommendations_table(report))
     d = report.diagnosis
     c.print(f"final diagnosis: {d.bottleneck.value} ({escape(d.reason)})" if d is not None else "final diagnosis: not recorded")
-    c.print(f"stopped: {escape(report.stop_reason or 'not recorded')}")
+    lines = stop_lines(report)
+    c.print(f"stopped: {escape(lines[0][1])}")
+    for label, text in lines[1:]:
+        c.print(f"  {escape(label[0].lower() + label[1:])}: {escape(text)}")
     b = report.budget
     if b is not None:
         c.print(f"trials used {b.trials_used} of {b.trials_limit}, wall {b.wall_s:.0f} s")
@@ -187,14 +172,8 @@ def print_tune_summary(report: Report, out: str | Path) -> None:
 
 
 class Display:
-    """The live progress of `autotune tune`, an `autotune.events.Listener`.
-
-    One progress task per phase or recipe round; each trial advances the round's task
-    with the best throughput so far; each decision is printed above the bar.
-
-    Args:
-        prog: The rich `Progress` to draw on (see `progress()`), already started.
-    """
+    """The live progress of `autotune tune` on `prog` (an `autotune.events.Listener`): a task per
+    phase or round, each trial advancing it with the best so far, each decision printed above."""
 
     def __init__(self, prog: Progress) -> None:
         self.prog = prog
