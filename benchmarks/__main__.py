@@ -13,7 +13,7 @@ import torch
 from autotune.errors import EXIT_OK, UserCodeError, UserError, exit_code, explain
 
 from benchmarks import anytime, grids, suite
-from benchmarks.cases import CASES, QUICK_CASES, for_machine, select
+from benchmarks.cases import CASES, HELDOUT, SETS, for_machine, of_set, select
 from benchmarks.table import emit, to_markdown
 
 PROG = "python -m benchmarks"
@@ -24,14 +24,19 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog=PROG, description=suite.__doc__.split("\n\n")[0],
         epilog=f"examples:\n  {PROG}                      # writes bench-results/bench.{{json,md}}\n"
-               f"  {PROG} --quick --examples input_bound,compute_bound",
+               f"  {PROG} --quick --examples input_bound,compute_bound\n"
+               f"  {PROG} --set heldout --measure-grid --grids-only   # measure the held-out grids",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a smoke run: tiny workloads and grids, 2 windows per config")
     p.add_argument("--out", metavar="DIR", default=RESULTS,
                    help=f"folder for the JSON, Markdown and SVG results (default {RESULTS}/, ignored by git)")
     p.add_argument("--json", metavar="FILE", help="write the full results as JSON here (default DIR/bench.json)")
     p.add_argument("--md", metavar="FILE", help="write the Markdown tables here (default DIR/bench.md)")
-    p.add_argument("--examples", metavar="A,B", help=f"only these examples (default all: {', '.join(c.name for c in CASES)})")
+    p.add_argument("--set", choices=SETS, default="bundled",
+                   help="which workloads: the bundled examples (default), the held-out ones in benchmarks/heldout/ "
+                        f"({', '.join(c.name for c in HELDOUT)}: scored apart, no rule is tuned on them), or all")
+    p.add_argument("--examples", metavar="A,B", help=f"only these examples of the set (default all: bundled "
+                   f"{', '.join(c.name for c in CASES)})")
     p.add_argument("--seed", type=int, default=0, help="sampler seed for blind Optuna and autotune (default 0)")
     p.add_argument("--no-extras", action="store_true", help="skip the false-acceptance runs and the overhead benchmark")
     p.add_argument("--no-overhead", action="store_true", help="skip the overhead benchmark only "
@@ -54,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     log = (lambda s: None) if args.quiet else (lambda s: print(f"[{time.perf_counter() - t0:7.1f}s] {s}", file=sys.stderr, flush=True))
     try:
-        cases = for_machine(select(QUICK_CASES if args.quick else CASES, args.examples), torch.device("cpu"))
+        cases = for_machine(select(of_set(args.set, args.quick), args.examples), torch.device("cpu"))
         for flag in ("json", "md"):
             path = getattr(args, flag)
             if path and not Path(path).resolve().parent.is_dir():

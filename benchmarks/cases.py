@@ -1,11 +1,12 @@
-"""The planted-bottleneck examples the suite runs, each with its stated grid.
+"""The planted-bottleneck examples the suite runs, each with its stated grid, and the held-out set.
 
 A case names the example file, the function and arguments that build its workload, the
 bottleneck planted in it, the grid that is measured exhaustively for the oracle, and the
 memory limit it runs under. Grids are small on purpose (the whole suite must finish in
 30 minutes on two cores) and contain the default config; a compiled config costs 10-15 s
 per compilation, so grids hold compile where the case says why. The rule of thumb is the
-same for every case.
+same for every case. `HELDOUT` (`--set heldout`) holds workloads of other shapes, in
+`benchmarks/heldout/`, scored apart and never used to tune a rule.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from autotune.search import normalized
 from autotune.workload import Workload, load_module_from_file
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+HELDOUT_DIR = Path(__file__).resolve().parent / "heldout"
+SETS = ("bundled", "heldout", "all")  # `--set`: the bundled examples, the held-out workloads, or both
 MiB = 2**20
 
 # Every knob of every recipe that applies on a CPU, at a few values each, so that the full
@@ -82,6 +85,8 @@ class Case:
             (`autotune.probe`) to the grid (`for_machine`): where bf16 has units it is a knob
             a good engineer tries; where it is emulated it is 7-20x slower and a grid of it
             would cost tens of minutes to say so.
+        heldout: A held-out workload (`benchmarks/heldout/`): scored apart from the bundled
+            examples, and no decision rule is tuned on it.
     """
 
     name: str
@@ -96,6 +101,7 @@ class Case:
     held: str = ""
     rule_floor: bool = False
     lowp: bool = False
+    heldout: bool = False
 
     def for_machine(self, fast: list[str]) -> Case:
         """This case with its grid as measured on a machine whose fast lower precisions are
@@ -105,13 +111,17 @@ class Case:
         return replace(self, grid={**self.grid, "precision.amp": ["none", *sorted(fast)]})
 
     @property
+    def set(self) -> str:
+        return "heldout" if self.heldout else "bundled"
+
+    @property
     def path(self) -> Path:
-        return EXAMPLES / f"{self.name}.py"
+        return (HELDOUT_DIR if self.heldout else EXAMPLES) / f"{self.name}.py"
 
     @property
     def target(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
-        return f"examples/{self.name}.py:{self.fn}({args})"
+        return f"{'benchmarks/heldout' if self.heldout else 'examples'}/{self.name}.py:{self.fn}({args})"
 
     @property
     def spec(self) -> str:
@@ -143,9 +153,9 @@ class Case:
         return list(seen.values())
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "target": self.target, "planted": self.planted or None, "grid": self.grid,
-                "grid_size": len(self.configs()), "memory_limit_bytes": self.memory_limit, "note": self.note,
-                "held": self.held}
+        return {"name": self.name, "set": self.set, "target": self.target, "planted": self.planted or None,
+                "grid": self.grid, "grid_size": len(self.configs()), "memory_limit_bytes": self.memory_limit,
+                "note": self.note, "held": self.held}
 
 
 HELD_LOADER = "data-loader workers (in-memory tensors: no data to wait for; the grid keeps the loader recipe's thread knob)"
@@ -201,15 +211,79 @@ _QUICK_CASES: tuple[Case, ...] = (
 
 QUICK_CASES = tuple(Case(**{**c.__dict__, "quick": True}) for c in _QUICK_CASES)
 
+# Held-out workloads (`benchmarks/heldout/`): shapes the bundled examples do not have, written
+# and their grids measured before any later change to autotune's decisions, scored apart, and
+# never used to tune a rule. Each grid is the applicable knobs that can matter at two or three
+# values, 6-8 configs with the default among them, each read in two sessions (`grids.SESSIONS`).
+# They were 12 configs each; on the shared two-core machine (load average 3.5-4 from other jobs)
+# a reading of a two-thread config took 45-60 s, so the 120 readings would have taken about
+# an hour: the knob values each step's profile shows cannot matter were dropped.
+HELD_COMPILE = "compile (every session compiles each compiled config anew: 10-15 s a config on these CPUs)"
+HELDOUT: tuple[Case, ...] = (
+    Case("kws", "", fn="workload", heldout=True, lowp=True,
+         grid={"data.num_workers": [0, 2], "backend.num_threads": [None, 1], "layout.channels_last": [False, True]},
+         note="held out: keyword spotting, a log-mel spectrogram (torch.stft) with noise mixing and SpecAugment in "
+              "__getitem__, a small VGG-style CNN, Adam",
+         held=f"the optimizer implementation (Adam over 19k parameters), {HELD_COMPILE}; prefetch 2, no persistent "
+              f"workers, 0 or 2 workers (the cores: the features are CPU work); {NO_LIMIT}"),
+    Case("char_lstm", "", fn="workload", heldout=True,
+         grid={"optimizer.impl": ["default", "foreach", "fused"], "backend.num_threads": [None, 1]},
+         note="held out: a 2-layer character LSTM on variable-length lines padded in a collate_fn, Adam",
+         held=f"the data loader (encoding a line and padding a batch: 0.4% of the step), compile (every batch has "
+              f"another length: recompiles or dynamic shapes), bf16 (the LSTM kernel); {NO_LIMIT}"),
+    Case("ctr", "", fn="workload", heldout=True,
+         grid={"optimizer.impl": ["default", "foreach", "fused"], "backend.num_threads": [None, 1]},
+         note="held out: DLRM-style click-through model on dict batches, 26 embedding tables (300k rows, dense "
+              "gradients), Adam",
+         held=f"the data loader (collating dict batches: 2-8% of the step), {HELD_COMPILE}, bf16 (embedding lookups "
+              f"and small MLPs); {NO_LIMIT}"),
+    Case("vit_small", "", fn="workload", heldout=True, lowp=True,
+         grid={"optimizer.impl": ["default", "fused"], "compile.mode": ["none", "default"],
+               "backend.num_threads": [None, 1]},
+         note="held out: a 3-block ViT on 32x32 images (4x4 patches, SDPA attention), AdamW with decay groups",
+         held=f"the data loader (crop and flip of in-memory images: 7% of the step), channels_last (one "
+              f"patch-embedding conv), the foreach optimizer (between the default and fused), compile's other modes; "
+              f"{NO_LIMIT}"),
+    Case("segnet", "", fn="workload", heldout=True, lowp=True,
+         grid={"data.num_workers": [0, 2], "backend.num_threads": [None, 1], "layout.channels_last": [False, True]},
+         note="held out: a small U-Net with cross-entropy + Dice, image and mask cropped, flipped and rotated "
+              "together in __getitem__, Adam",
+         held=f"the optimizer implementation, {HELD_COMPILE}; prefetch 2, no persistent workers; {NO_LIMIT}"),
+)
+
+# --quick --set heldout: the held-out workloads at tiny sizes with two-config grids.
+_QUICK_HELDOUT: tuple[Case, ...] = (
+    Case("kws", "", fn="workload", kwargs={"n": 64, "width": 4, "batch_size": 8}, heldout=True,
+         grid={"backend.num_threads": [None, 1]}),
+    Case("char_lstm", "", fn="workload", kwargs={"n": 64, "max_len": 32, "hidden": 16, "batch_size": 8},
+         heldout=True, grid={"optimizer.impl": ["default", "foreach"]}),
+    Case("ctr", "", fn="workload", kwargs={"n": 256, "scale": 0.01, "batch_size": 32}, heldout=True,
+         grid={"optimizer.impl": ["default", "foreach"]}),
+    Case("vit_small", "", fn="workload", kwargs={"n": 64, "dim": 32, "depth": 1, "batch_size": 8}, heldout=True,
+         grid={"optimizer.impl": ["default", "foreach"]}),
+    Case("segnet", "", fn="workload", kwargs={"n": 32, "width": 4, "crop": 16, "batch_size": 4}, heldout=True,
+         grid={"backend.num_threads": [None, 1]}),
+)
+QUICK_HELDOUT = tuple(Case(**{**c.__dict__, "quick": True}) for c in _QUICK_HELDOUT)
+
 
 def __getattr__(name: str):
-    """`benchmarks/cases.py:memory_bound` (or `:quick_memory_bound`) as a workload target:
-    the case's workload function, so that a worker process can build it."""
+    """`benchmarks/cases.py:memory_bound` (or `:quick_memory_bound`, `:kws`) as a workload
+    target: the case's workload function, so that a worker process can build it."""
     quick = name.startswith("quick_")
-    for c in QUICK_CASES if quick else CASES:
+    for c in (QUICK_CASES + QUICK_HELDOUT) if quick else (CASES + HELDOUT):
         if c.name == name.removeprefix("quick_"):
             return c.workload
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def of_set(which: str, quick: bool = False) -> tuple[Case, ...]:
+    """The cases of `--set` `which` (`SETS`): bundled, heldout, or all (bundled first)."""
+    bundled, heldout = (QUICK_CASES, QUICK_HELDOUT) if quick else (CASES, HELDOUT)
+    sets = {"bundled": bundled, "heldout": heldout, "all": bundled + heldout}
+    if which not in sets:
+        raise UserError(f"--set {which!r}: unknown set; choose one of {', '.join(SETS)}.")
+    return sets[which]
 
 
 @dataclass(frozen=True)

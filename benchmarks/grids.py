@@ -1,27 +1,37 @@
-"""Stored grids: every config of a case's grid measured once, kept as data under `benchmarks/grids/`.
+"""Stored grids: every config of a case's grid measured in several sessions, kept as data under `benchmarks/grids/`.
 
 A grid takes tens of minutes to measure on two cores, so the suite reads it from
 `benchmarks/grids/<machine>/<example>.json` (`machine_folder`: one folder per CPU model, vector units
 and core count, so that grids measured on an AMD EPYC and on a Xeon with AMX both stay; a
 `--grid-dir` is used as given) instead of measuring it on every run; `python -m benchmarks
---measure-grid` measures it again and rewrites the file. A stored grid holds every config's measurement (samples/s, each
-window's throughput, peak memory, feasibility, wall time, the 1-minute load average when
-it started), and the machine (CPU model, vector units, cores, torch version), the protocol and the grid's
-definition it was measured under. One measured elsewhere, under another protocol, or for
-another grid definition is refused with a message that says what differs and how to
-re-measure: a grid is ground truth only on the machine it was measured on.
+--measure-grid` measures it again and rewrites the file. A stored grid holds every config's
+readings from `SESSIONS` sessions, each a fresh process, the configs in turn and the order
+reversed each session (samples/s, each window's throughput, peak memory, feasibility, wall
+time, the 1-minute load average when it started), and its provenance: the autotune commit
+(and whether autotune/ had uncommitted changes), the host, the date and the load average
+at its start and end; and the machine (CPU model, vector units, cores, torch version), the
+protocol and the grid's definition it was measured under. One measured elsewhere, under
+another protocol, or for another grid definition is refused with a message that says what
+differs and how to re-measure: a grid is ground truth only on the machine it was measured
+on. Grids of format 1 (one in-process reading per config, no provenance) still read.
 
 The stored figures rank the grid and feed blind TPE's and random search's lookups; the
-suite's final figures come from re-measuring the grid's best few side by side with every
-method's choice (`methods.judge`), never from this file alone.
+suite's final figures come from re-measuring the grid's best few (`shortlist`: every config
+whose interval reaches the best's) side by side with every method's choice
+(`methods.judge`), never from this file alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
+import math
+import platform
 import re
+import statistics
+import subprocess
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -29,16 +39,26 @@ from typing import Any, Callable
 import torch
 
 from autotune.config import TrainConfig
-from autotune.errors import TrialFailed, UserError
+from autotune.errors import UserError
 from autotune.machine import cores, cpu_isa, cpu_name
 from autotune.measure import Protocol
 from autotune.runner import Runner
 from autotune.search import Constraints
+from autotune.stats import t95
 
+from benchmarks import sessions
 from benchmarks.cases import Case
 
 GRID_DIR = Path(__file__).resolve().parent / "grids"
-FORMAT = 1
+REPO = Path(__file__).resolve().parents[1]
+FORMAT = 2  # rows carry their sessions, the grid its provenance
+FORMATS = (1, 2)  # format 1: one reading per config, no provenance (the grids measured before sessions)
+# Readings per config, each in another session (process): a config's figure varies between
+# processes (placement; 0.16 CV between identical processes here) more than between windows of
+# one, so one session cannot say how far apart two configs must be to differ. Two is the fewest
+# that shows that spread; pooled over a grid's configs it has as many degrees of freedom as the
+# grid has configs.
+SESSIONS = 2
 Log = Callable[[str], None]
 
 
@@ -46,8 +66,8 @@ class GridRefused(UserError):
     """A stored grid that cannot stand for this run (another machine, protocol or grid)."""
 
 
-def load_avg() -> list[float] | None:
-    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+load_avg = sessions.load_avg
+measure_row = sessions.measure_row
 
 
 def machine(device: torch.device) -> dict[str, Any]:
@@ -86,52 +106,110 @@ def elsewhere(case: Case) -> list[str]:
     return sorted(p.parent.name for p in GRID_DIR.glob(f"*/{name}"))
 
 
-def measure_row(runner: Runner, config: TrainConfig, constraints: Constraints) -> dict[str, Any]:
-    """One config under the protocol, with everything a stored row keeps."""
-    started, load, t0 = datetime.now(timezone.utc).isoformat(timespec="seconds"), load_avg(), time.perf_counter()
-    row: dict[str, Any] = {"config": config.flat(), "changes": TrainConfig().diff(config), "started": started,
-                           "load_avg": load}
-    try:
-        s = runner.measure(config)
-    except TrialFailed as exc:
-        return {**row, "samples_per_s": 0.0, "measured_samples_per_s": None, "windows_samples_per_s": [],
-                "window_cv": None, "feasible": False, "reason": f"{exc.kind.value}: {exc.reason}",
-                "wall_s": time.perf_counter() - t0, "peak_memory_bytes": None, "first_losses": []}
-    problem = constraints.check(s)
-    return {**row, "samples_per_s": 0.0 if problem else s.samples_per_s, "measured_samples_per_s": s.samples_per_s,
-            "windows_samples_per_s": s.windows_samples_per_s, "window_cv": s.window_cv, "feasible": problem is None,
-            "reason": problem, "wall_s": time.perf_counter() - t0, "peak_memory_bytes": s.peak_memory_bytes,
-            "first_losses": s.first_losses}
+SESSION_KEYS = ("started", "load_avg", "samples_per_s", "measured_samples_per_s", "windows_samples_per_s",
+                "window_cv", "feasible", "reason", "wall_s", "peak_memory_bytes")
 
 
-def measure(case: Case, runner: Runner, protocol: Protocol, device: torch.device, log: Log) -> dict[str, Any]:
-    """Every config of the case's grid, one after the other, the default first (its losses
-    are the divergence reference)."""
+def _gmean(xs: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(x) for x in xs))
+
+
+def combine(readings: list[dict[str, Any]]) -> dict[str, Any]:
+    """A config's stored row from its sessions' readings (`measure_row`): its figure is their
+    geometric mean (0 when any session was infeasible); its wall time, windows and window CV
+    are one reading's (the mean wall time, the first session's windows: what a search that
+    measures it once pays), its load average the first session's; `sessions` keeps each
+    reading."""
+    first = readings[0]
+    feasible = all(r["feasible"] for r in readings)
+    measured = [r["measured_samples_per_s"] for r in readings]
+    figure = _gmean(measured) if all(m for m in measured) else None
+    peaks = [r["peak_memory_bytes"] for r in readings if r["peak_memory_bytes"] is not None]
+    return {"config": first["config"], "changes": first["changes"], "started": first["started"],
+            "load_avg": first["load_avg"], "samples_per_s": figure if feasible and figure else 0.0,
+            "measured_samples_per_s": figure, "windows_samples_per_s": first["windows_samples_per_s"],
+            "window_cv": first["window_cv"], "feasible": feasible,
+            "reason": next((r["reason"] for r in readings if r["reason"]), None),
+            "wall_s": statistics.fmean(r["wall_s"] for r in readings), "peak_memory_bytes": max(peaks, default=None),
+            "first_losses": first["first_losses"],
+            "sessions": [{"session": k, **{f: r[f] for f in SESSION_KEYS}} for k, r in enumerate(readings)]}
+
+
+def provenance(started: str, load_start: list[float] | None, n_sessions: int, isolate: bool = False) -> dict[str, Any]:
+    """Where and from what code a grid was measured: the autotune commit, whether autotune/
+    had uncommitted changes (and a hash of them, to tell two such trees apart), the host,
+    the dates and the load averages around it."""
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    dirty = git("status", "--porcelain", "--", "autotune")
+    changes = hashlib.sha1(f"{dirty}\n{git('diff', 'HEAD', '--', 'autotune')}".encode()).hexdigest() if dirty else None
+    return {"commit": git("rev-parse", "HEAD"), "autotune_dirty": None if dirty is None else bool(dirty),
+            "autotune_changes_sha1": changes, "host": platform.node(), "started": started,
+            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "load_avg_start": load_start, "load_avg_end": load_avg(), "sessions": n_sessions,
+            "session": ("a fresh process per reading (memory is judged)" if isolate else
+                        "a fresh process reading every config in turn (benchmarks.sessions)")
+                       + "; the order reversed every session"}
+
+
+Session = Callable[[Case, Runner, Protocol, torch.device, list[TrainConfig], Constraints, Log], list[dict[str, Any]]]
+
+
+def one_session(case: Case, runner: Runner, protocol: Protocol, device: torch.device, configs: list[TrainConfig],
+                constraints: Constraints, log: Log) -> list[dict[str, Any]]:
+    """Read `configs` in one session: a fresh process of its own (`sessions.in_one_process`),
+    or a process per reading where memory is judged (`Case.isolate`, `runner` isolates)."""
+    if case.isolate:
+        return sessions.in_processes(case, runner, configs, constraints, log)
+    return sessions.in_one_process(case, protocol, device, configs, constraints, log)
+
+
+def measure(case: Case, runner: Runner, protocol: Protocol, device: torch.device, log: Log,
+            n_sessions: int = SESSIONS, session: Session = one_session) -> dict[str, Any]:
+    """Every config of the case's grid in `n_sessions` sessions, the configs one after the
+    other, the default first in the first session (its losses are the divergence reference)
+    and the order reversed each session, so drift of the machine spreads over every config's
+    readings instead of tilting the grid."""
     t0 = time.perf_counter()
+    started, load_start = datetime.now(timezone.utc).isoformat(timespec="seconds"), load_avg()
     configs = case.configs()
-    rows: list[dict[str, Any]] = []
+    readings: list[list[dict[str, Any]]] = [[] for _ in configs]
     constraints = Constraints(case.memory_limit, [])
-    for i, cfg in enumerate(configs):
-        row = measure_row(runner, cfg, constraints)
-        if i == 0:
-            constraints = Constraints(case.memory_limit, row["first_losses"])
-        rows.append(row)
-        log(f"  grid {case.name} {i + 1}/{len(configs)} {cfg.short()}: {row['samples_per_s']:.0f} samples/s "
-            f"({row['wall_s']:.1f} s, load {row['load_avg'][0] if row['load_avg'] else 'n/a'})"
-            + ("" if row["feasible"] else f" (infeasible: {row['reason']})"))
+    for k in range(n_sessions):
+        order = list(range(len(configs)))[::-1 if k % 2 else 1]
+        log(f"  grid {case.name}: session {k + 1}/{n_sessions}, {len(configs)} configs")
+        got = session(case, runner, protocol, device, [configs[i] for i in order], constraints, log)
+        for i, reading in zip(order, got):
+            readings[i].append(reading)
+        if k == 0:
+            constraints = Constraints(case.memory_limit, readings[0][0]["first_losses"])
     return {"format": FORMAT, **definition(case), "machine": machine(device),
             "protocol": protocol.describe().model_dump(mode="json"),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "runner": "a process per measurement" if case.isolate else "in-process, one measurement at a time",
-            "wall_s": time.perf_counter() - t0, "load_avg_end": load_avg(), "rows": rows}
+            "date": started,
+            "runner": f"{n_sessions} sessions per config, each a fresh process"
+                      + (" per reading" if case.isolate else " reading the configs in turn"),
+            "wall_s": time.perf_counter() - t0, "load_avg_end": load_avg(),
+            "provenance": provenance(started, load_start, n_sessions, case.isolate),
+            "rows": [combine(r) for r in readings]}
+
+
+def _fix(case: Case, stored: dict[str, Any] | None = None) -> str:
+    which = "" if case.set == "bundled" else f" --set {case.set}"
+    when = f" (about {stored.get('wall_s', 0) / 60:.0f} min when it was measured)" if stored else ""
+    return f"`python -m benchmarks{which} --measure-grid --examples {case.name}`{when}"
 
 
 def check(stored: dict[str, Any], case: Case, protocol: Protocol, device: torch.device, where: Path) -> None:
     """Raise `GridRefused` naming every difference between the stored grid and this run."""
-    fix = (f"re-measure it on this machine with `python -m benchmarks --measure-grid --examples {case.name}` "
-           f"(about {stored.get('wall_s', 0) / 60:.0f} min when it was measured)")
-    if stored.get("format") != FORMAT:
-        raise GridRefused(f"stored grid {str(where)!r} has format {stored.get('format')!r}, not {FORMAT}; {fix}.")
+    fix = f"re-measure it on this machine with {_fix(case, stored)}"
+    if stored.get("format") not in FORMATS:
+        raise GridRefused(f"stored grid {str(where)!r} has format {stored.get('format')!r}, not one of "
+                          f"{', '.join(map(str, FORMATS))}; {fix}.")
     diffs = []
     here = machine(device)
     for k, v in here.items():
@@ -161,13 +239,12 @@ def load(case: Case, protocol: Protocol, device: torch.device, folder: Path | No
         others = elsewhere(case) if folder is None else []
         raise GridRefused(f"no stored grid for {case.name} at {str(where)!r}"
                           + (f" (grids of it are stored for other machines: {', '.join(others)})" if others else "")
-                          + f"; measure it on this machine with `python -m benchmarks --measure-grid --examples "
-                            f"{case.name}`.")
+                          + f"; measure it on this machine with {_fix(case)}.")
     try:
         stored = json.loads(where.read_text())
     except (OSError, ValueError) as exc:
         raise GridRefused(f"stored grid {str(where)!r} cannot be read ({exc}); measure it again with "
-                          f"`python -m benchmarks --measure-grid --examples {case.name}`.") from None
+                          f"{_fix(case)}.") from None
     check(stored, case, protocol, device, where)
     return stored
 
@@ -183,12 +260,75 @@ def save(grid: dict[str, Any], case: Case, folder: Path | None = None, device: t
 
 def summarize(grid: dict[str, Any], top: int) -> dict[str, Any]:
     """The grid's figures the suite uses: its size, wall time, best index, the `top`
-    fastest feasible distinct configs, and the default's losses (the divergence reference)."""
+    fastest feasible distinct configs, the `shortlist`'s rows, and the default's losses
+    (the divergence reference)."""
     rows = grid["rows"]
     order = sorted(range(len(rows)), key=lambda i: -rows[i]["samples_per_s"])
     best = [i for i in order if rows[i]["feasible"]][:top]
     return {"trials": len(rows), "wall_s": sum(r["wall_s"] for r in rows), "best": best,
-            "reference_losses": rows[0]["first_losses"], "default": rows[0]}
+            "shortlist": shortlist(grid, top).rows, "reference_losses": rows[0]["first_losses"], "default": rows[0]}
+
+
+@dataclass(frozen=True)
+class Shortlist:
+    """The configs that may be the grid's best, by their sessions' spread.
+
+    Attributes:
+        rows: Row indices, fastest first: every feasible config whose interval reaches the
+            best's (its upper end at or above the best's lower end).
+        intervals: Row index -> (low, high) samples/s, 95%, for every feasible row (empty
+            for a grid without sessions).
+        sd: The pooled standard deviation of log throughput between sessions of a config.
+        dof: Its degrees of freedom (readings minus configs).
+        basis: How the list was drawn, in words.
+    """
+
+    rows: list[int]
+    intervals: dict[int, tuple[float, float]]
+    sd: float | None
+    dof: int
+    basis: str
+
+
+def readings(row: dict[str, Any]) -> list[float]:
+    """A feasible row's throughput per session (format 1: its one reading); [] if infeasible."""
+    if not row["feasible"]:
+        return []
+    xs = [s["measured_samples_per_s"] for s in row.get("sessions", [])] or [row["samples_per_s"]]
+    return [x for x in xs if x and x > 0]
+
+
+def shortlist(grid: dict[str, Any], fallback: int = 3) -> Shortlist:
+    """Every config that the grid's sessions cannot tell from its best.
+
+    Each feasible config's figure is the mean of its sessions' log throughputs; their spread
+    about it, pooled over the grid's configs (one session spread for the machine, as the
+    noise model has it), gives each config a 95% Student-t interval, mean +- t * sd / sqrt(n).
+    The best is the highest mean; a config is kept when its interval reaches the best's. Two
+    95% intervals of one width overlap unless the means differ by more than 2.77 standard
+    errors of their difference: a config as fast as the best is dropped with a chance of
+    about 0.6% (normal tails), one slower by less than that margin is kept. A grid without
+    sessions (format 1: one reading a config) has no spread: its `fallback` fastest."""
+    rows = grid["rows"]
+    logs = {i: [math.log(x) for x in readings(r)] for i, r in enumerate(rows)}
+    logs = {i: xs for i, xs in logs.items() if xs}
+    if not logs:
+        return Shortlist([], {}, None, 0, "no feasible config")
+    means = {i: statistics.fmean(xs) for i, xs in logs.items()}
+    order = sorted(means, key=lambda i: -means[i])
+    dof = sum(len(xs) - 1 for xs in logs.values())
+    if dof == 0:
+        return Shortlist(order[:fallback], {}, None, 0,
+                         f"the {fallback} fastest by the stored figure (one reading a config: no sessions' spread)")
+    sd = math.sqrt(sum((x - means[i]) ** 2 for i, xs in logs.items() for x in xs) / dof)
+    t = t95(dof)
+    half = {i: t * sd / math.sqrt(len(xs)) for i, xs in logs.items()}
+    intervals = {i: (math.exp(means[i] - half[i]), math.exp(means[i] + half[i])) for i in logs}
+    best = order[0]
+    keep = [i for i in order if intervals[i][1] >= intervals[best][0]]
+    return Shortlist(keep, intervals, sd, dof,
+                     f"every config whose 95% interval reaches the best's (session sd {sd:.3f} in log throughput, "
+                     f"{dof} degrees of freedom)")
 
 
 def obtain(case: Case, runner: Runner, protocol: Protocol, device: torch.device, remeasure: bool, log: Log,
@@ -198,7 +338,7 @@ def obtain(case: Case, runner: Runner, protocol: Protocol, device: torch.device,
         grid = load(case, protocol, device, folder)
         log(f"{case.name}: stored grid of {len(grid['rows'])} configs ({grid['date']}, {grid['wall_s'] / 60:.1f} min)")
         return grid, "stored"
-    log(f"{case.name}: measuring the grid of {len(case.configs())} configs")
+    log(f"{case.name}: measuring the grid of {len(case.configs())} configs in {SESSIONS} sessions each")
     grid = measure(case, runner, protocol, device, log)
     where = save(grid, case, folder, device)
     log(f"{case.name}: grid written to {where} ({grid['wall_s'] / 60:.1f} min)")
