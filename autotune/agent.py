@@ -27,6 +27,7 @@ from .faults import checkpoint
 from .identity import Resume, choose_study, fingerprint, fingerprint_id
 from .lock import Lease
 from .leftover import leftover
+from .policy import DEFAULT
 from .plan import Attempts, closing_recipe, inapplicable, joint_memory_recipe, rank, stop_reason
 from .recipes import Recipe
 from .recommend import recommendations
@@ -39,7 +40,7 @@ from .runner import TrialRunner
 from .search import Constraints, fits, quiet_optuna, trial_record
 from .stats import noise_margin, paired_ratio
 
-MIN_GAIN = 0.03  # a change must gain at least 3%, whatever the noise says
+MIN_GAIN = DEFAULT.min_gain  # a change must gain at least this, whatever the noise says
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -15,6 +15,7 @@ import optuna
 
 from .config import TrainConfig
 from .events import Listener
+from .policy import DEFAULT
 from .record import BAND_CAP, Comparison, Summary, Verdict
 from .runner import TrialRunner
 from .search import Constraints, Earlier, identity
@@ -53,7 +54,7 @@ class Context:
     lowp: dict[str, float] = field(default_factory=dict)  # the low-precision probe (`autotune.probe`)
     nulls: list[Comparison] = field(default_factory=list)  # every A/A: the spread between fresh pairs of sessions
     looked: list[list[Comparison]] = field(default_factory=list)  # each candidate's fresh looks, for the same spread
-    min_gain: float = 0.03  # the least gain worth keeping, whatever the noise
+    min_gain: float = DEFAULT.min_gain  # the least gain worth keeping, whatever the noise
     earlier: Earlier = field(default_factory=dict)  # every config the run's rounds measured, for later rounds
     handoff_s: float | None = None  # receiving one batch from a loader worker (`autotune.handoff`)
 

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -53,6 +54,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    started, load_start = datetime.now(timezone.utc).isoformat(timespec="seconds"), grids.load_avg()
     if not args.json and not args.md:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         args.json, args.md = str(Path(args.out) / "bench.json"), str(Path(args.out) / "bench.md")
@@ -78,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print(explain(exc, whose="an example's own code"), file=sys.stderr)
         return exit_code(exc)
     report["command"] = " ".join([PROG, *(argv if argv is not None else sys.argv[1:])])
+    report["provenance"] = grids.provenance(started, load_start, 0)  # the autotune commit, host, dates, load
     if args.md:  # the anytime curves drawn next to the Markdown, which links them
         svg = Path(args.md).with_name(Path(args.md).stem + "-anytime.svg")
         svg.write_text(anytime.svg(report["cases"]))
