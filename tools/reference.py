@@ -103,20 +103,19 @@ def schema_page() -> str:
     out = [HEADER, "# report.json\n\n", f"{_cell(schema.get('description', ''))}\n\n",
            "`autotune report --schema` prints the whole JSON schema. Top-level fields:\n\n",
            "| field | type | required | meaning |\n|---|---|---|---|\n"]
-    required = set(schema.get("required", ()))
+    required, defs = set(schema.get("required", ())), schema.get("$defs", {})
     for name, prop in schema["properties"].items():
-        out.append(f"| `{name}` | {_type(prop)} | {'yes' if name in required else ''} | "
+        out.append(f"| `{name}` | {_type(prop, defs)} | {'yes' if name in required else ''} | "
                    f"{_cell(prop.get('description', ''))} |\n")
-    for name, sub in schema.get("$defs", {}).items():
+    for name, sub in defs.items():
         if "properties" not in sub:
             continue
         out.append(f"\n## {name}\n\n{_cell(sub.get('description', ''))}\n\n| field | type | meaning |\n|---|---|---|\n")
-        out += [f"| `{k}` | {_type(p)} | {_cell(p.get('description', ''))} |\n" for k, p in sub["properties"].items()]
+        out += [f"| `{k}` | {_type(p, defs)} | {_cell(p.get('description', ''))} |\n" for k, p in sub["properties"].items()]
     return "".join(out)
 
 
-def _type(prop: dict, defs: dict | None = None) -> str:
-    defs = report_schema().get("$defs", {}) if defs is None else defs
+def _type(prop: dict, defs: dict) -> str:
     if "$ref" in prop:
         name = prop["$ref"].rsplit("/", 1)[-1]
         return f"[{name}](#{name.lower()})" if "properties" in defs.get(name, {}) else _type(defs.get(name, {}), defs)
