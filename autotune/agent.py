@@ -184,7 +184,7 @@ class Agent:
                         readings=[m.ratio_only() for m in measured])
         ctx = Context(self.storage, self.study, self.runner, Constraints(self.settings.memory_limit, base.first_losses),
                       self.settings.seed, margin, _band(aa, margin, base, measured), self._compare, self.events,
-                      pool=self.pool, lowp=r.machine.lowp_matmul, nulls=measured, min_gain=MIN_GAIN,
+                      pool=self.pool, lowp=r.machine.lowp_matmul, nulls=measured,
                       handoff_s=r.machine.batch_handoff_s)
         ctx.note(base.config, base.samples_per_s, base.wall_s)
         for m in measured:  # each A/A's two sides: more readings of the baseline to pool

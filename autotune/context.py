@@ -15,7 +15,7 @@ import optuna
 
 from .config import TrainConfig
 from .events import Listener
-from .policy import DEFAULT
+from .policy import DEFAULT, Policy
 from .record import BAND_CAP, Comparison, Summary, Verdict
 from .runner import TrialRunner
 from .search import Constraints, Earlier, identity
@@ -54,9 +54,14 @@ class Context:
     lowp: dict[str, float] = field(default_factory=dict)  # the low-precision probe (`autotune.probe`)
     nulls: list[Comparison] = field(default_factory=list)  # every A/A: the spread between fresh pairs of sessions
     looked: list[list[Comparison]] = field(default_factory=list)  # each candidate's fresh looks, for the same spread
-    min_gain: float = DEFAULT.min_gain  # the least gain worth keeping, whatever the noise
+    policy: Policy = DEFAULT  # when a change is kept, dropped or looked at again (`autotune.policy`)
     earlier: Earlier = field(default_factory=dict)  # every config the run's rounds measured, for later rounds
     handoff_s: float | None = None  # receiving one batch from a loader worker (`autotune.handoff`)
+
+    @property
+    def min_gain(self) -> float:
+        """The least gain worth keeping, whatever the noise (the policy's)."""
+        return self.policy.min_gain
 
     def note(self, config: dict[str, Any], value: float | None, wall: float | None = None) -> None:
         if value is not None:

@@ -1,6 +1,6 @@
 """The decision that ends a round: which of the search's candidates, if any, replaces the
 incumbent (at most one), settled only by side-by-side comparisons: duels among near-tied
-candidates, then a first comparison and the fresh looks that `evidence` judges.
+candidates, then looks at the best until the policy (`autotune.policy.judge`) keeps or drops it.
 """
 
 from __future__ import annotations
@@ -9,19 +9,18 @@ import time
 
 from .config import TrainConfig
 from .context import Context, State, changes_text, digest, key
-from .diagnose import clear_gain, diagnose
-from .evidence import fresh_and_all, joined, nearly, pooled, promising, shown, spread
+from .diagnose import diagnose
+from .evidence import joined, spread
+from .policy import Decision, Look, NoiseModel, Verdict, judge
 from .recipes import Recipe
 from .record import Brief, Comparison, Ratio, Step, Summary, TrialState
 from .search import fits, normalized, stored_summary
 from .stats import looks_ratio
 
-__all__ = ["CANDIDATES", "decide", "duel", "preferred", "recheck", "worth_a_duel"]
+__all__ = ["CANDIDATES", "decide", "duel", "judgement", "preferred", "recheck", "worth_a_duel"]
 
 CANDIDATES = 3  # most of the search's candidates a round considers (those within the noise of the best are dueled)
 OFFERED = 2  # most candidates compared with the incumbent per round
-FRESH_LOOKS = 5  # most fresh comparisons (5 pairs each) while a gain stays promising but unshown
-LAST_LOOKS = 12  # most fresh comparisons while all the looks read past the least gain and could still show it
 DUEL_LOOKS = 6  # most comparisons of a round's two best candidates while they cannot be told apart
 START_FACTOR = 1.5  # a duel's looks too close to call: the one this much quicker to start (compile, workers) wins,
 START_MIN_S = 5.0  # by at least this many seconds (a warm compile cache starts either in a fraction of a second)
@@ -69,9 +68,9 @@ def decide(ctx: Context, name: str, recipe: Recipe, step: Step, state: State, ra
         step.changes, step.after, step.after_config = normalized(state.config, {}).diff(cand), Brief.of(summary), cand.flat()
         pooled_est = ctx.estimate(state.config) if state.feasible else None
         searched = value(best) / pooled_est if pooled_est else None  # against the incumbent's pooled readings
-        first, looks = _settle(ctx, name, recipe, state, cand, searched, deadline, step.expected_gain,
-                               seen.get(key(cand.flat())))
-        _verdict(step, first, looks, state, summary, ctx, searched or best.value / state.summary.samples_per_s)
+        looked = seen.get(key(cand.flat()))
+        first, looks, decision = _settle(ctx, name, recipe, state, cand, deadline, looked, chose=looked is not None)
+        _verdict(step, first, looks, decision, state, summary, ctx, searched or best.value / state.summary.samples_per_s)
         step.reason += chosen + note  # chosen: the duel's winner, alone
         ctx.events.decision(recipe.name, step.accepted, step.reason or "")
         if step.accepted:
@@ -206,88 +205,75 @@ def _first_look(ctx: Context, name: str, recipe: Recipe, state: State, cand: Tra
 
 
 def _settle(ctx: Context, name: str, recipe: Recipe, state: State, cand: TrainConfig,
-            searched: float | None, deadline: float | None = None,
-            prior: float | None = None, first: Comparison | None = None) -> tuple[Comparison, list[Comparison]]:
-    """The first comparison with the incumbent and, when it nominates the candidate (`_nominates`),
-    the fresh looks: up to `FRESH_LOOKS` while `promising` and not `shown`, up to `LAST_LOOKS` while
-    `nearly`. `first`: a first comparison taken and noted already (`recheck`)."""
+            deadline: float | None = None, first: Comparison | None = None,
+            chose: bool = False) -> tuple[Comparison, list[Comparison], Decision | None]:
+    """Looks at a candidate beside the incumbent, each from fresh sessions, until the policy keeps or
+    drops it or the budget has no room for another. `first`: a look taken and noted already
+    (`recheck`); `chose`: that look chose the candidate, so it is not counted as evidence for it."""
     tag = digest(cand.flat())
     what = f"{recipe.name} against current"
     if first is None:
         first = _first_look(ctx, name, recipe, state, cand)
-    if not (state.feasible and first.measured and _nominates(first, searched, ctx.margin, prior)):
-        return first, []
-    looks = [ctx.compare(f"{name}:confirm:{tag}", state.config, cand, f"{what}, again")]
-    ctx.note_pairs(state.config, cand, looks[0])
-    ctx.looked.append(looks)
-    for look in range(2, LAST_LOOKS + 1):
-        if not looks[-1].measured:  # the looks before it were measured, or the loop had ended
-            break
-        alone, every = fresh_and_all(ctx, first, looks)
-        if not promising(ctx, first, alone, every):
-            break
-        if shown(ctx, alone, every) or (look > FRESH_LOOKS and not nearly(ctx, alone, every)):
-            break
-        if not _time_for(ctx, deadline, 2):  # a look takes two configs' windows
-            break
-        more = ctx.compare(f"{name}:confirm{look}:{tag}", state.config, cand, f"{what}, look {look + 1}")
+    if not (state.feasible and first.measured):
+        return first, [], None
+    looks: list[Comparison] = []
+    decision = judgement(ctx, first, looks, chose)
+    while decision.verdict is Verdict.LOOK and _time_for(ctx, deadline, 2):  # a look takes two configs' windows
+        n = len(looks) + 1
+        more = ctx.compare(f"{name}:confirm{n if n > 1 else ''}:{tag}", state.config, cand, f"{what}, look {n + 1}")
         ctx.note_pairs(state.config, cand, more)
         looks.append(more)
-    return first, looks
+        if len(looks) == 1:
+            ctx.looked.append(looks)
+        if not more.measured:
+            break
+        decision = judgement(ctx, first, looks, chose)
+    return first, looks, decision
 
 
-def _nominates(first: Comparison, searched: float | None, margin: float, prior: float | None = None) -> bool:
-    """Whether the first comparison earns fresh looks: its ratio clears the margin; or its interval
-    reaches past the margin and either the search read a gain past it (`searched`) with the ratio
-    above 1, or the recipe's expected gain (`prior`) exceeds `clear_gain(margin)`."""
-    if first.ratio > margin:
-        return True
-    if not first.high > margin:
-        return False
-    if searched is not None and searched > margin and first.ratio > 1.0:
-        return True
-    return prior is not None and prior > clear_gain(margin)
+def judgement(ctx: Context, first: Comparison, looks: list[Comparison], chose: bool = False) -> Decision:
+    """The policy's verdict on a candidate's looks (`first` left out when it `chose` the candidate),
+    under the noise model fitted to the run's A/As and every other candidate's repeated looks."""
+    nulls, others = spread(ctx, looks)
+    model = NoiseModel.fit([Look.of(a, b) for a, b in nulls], [[Look.of(a, b) for a, b in g] for g in others])
+    counted = [c for c in ([] if chose else [first]) + looks if c.measured]
+    return judge([Look.of(c.a, c.b) for c in counted], model, ctx.policy)
 
 
-def _verdict(step: Step, first: Comparison, looks: list[Comparison], state: State, cand: Summary, ctx: Context,
-             searched: float) -> None:
-    """Accept or reject one candidate on its side-by-side comparisons, with the reason
-    (`searched`: the search's reading of it over the incumbent's pooled estimate)."""
-    margin, limit = ctx.margin, ctx.constraints.memory_limit
-    fresh = joined(looks) if looks else None
-    sp = first if fresh is None else pooled(first, fresh)
+def _verdict(step: Step, first: Comparison, looks: list[Comparison], decision: Decision | None, state: State,
+             cand: Summary, ctx: Context, searched: float) -> None:
+    """Accept or reject one candidate on its side-by-side looks and the policy's `decision`, with the
+    reason (`searched`: the search's reading of it over the incumbent's pooled estimate)."""
+    limit = ctx.constraints.memory_limit
+    sp = joined([first, *looks])
     if not state.feasible:
         ratio = f"; throughput ratio {sp.ratio:.2f}x [{sp.low:.2f}, {sp.high:.2f}]" if sp.measured else ""
         step.accepted, step.speedup = True, sp.ratio_only() if sp.measured else None
         step.reason = f"fits the memory limit (peak {cand.peak_memory_bytes} B, limit {limit} B){ratio}"
         return
+    step.accepted = False
     if sp.failed:
-        step.accepted, step.reason = False, f"the interleaved re-measurement failed: {sp.failed}"
+        step.reason = f"the interleaved re-measurement failed: {sp.failed}"
         return
-    if not sp.measured:
-        step.accepted = False
+    if not sp.measured or decision is None:
         step.reason = f"the interleaved re-measurement gave too few usable pairs ({sp.pairs}) for an interval"
         return
-    step.speedup = sp.ratio_only()
-    if fresh is None:
-        step.accepted = False
-        step.reason = (f"measured {sp.ratio:.2f}x, interval [{sp.low:.2f}, {sp.high:.2f}], not above the noise "
-                       f"margin {margin:.3f} (search estimate was {searched:.2f}x)")
+    post, p = decision.posterior, ctx.policy
+    if not post.looks:
+        step.speedup = sp.ratio_only()
+        step.reason = f"the budget ran out before a look beyond the one that chose it (search estimate {searched:.2f}x)"
         return
-    alone, every = fresh_and_all(ctx, first, looks)
-    step.accepted = shown(ctx, alone, every)
-    if every["looks"]:
-        step.speedup = Ratio(ratio=every["ratio"], low=every["low"], high=every["high"], pairs=every["pairs"])
-    bar = 1 + ctx.min_gain
-    how = (f"each look {len(first.a)} pairs from a fresh pair of sessions, counted once; the spread between looks "
-           f"pooled with the A/As' and the run's other looks: {every['dof']} degrees of freedom")
-    again = (f"the first comparison {first.ratio:.2f}x [{first.low:.2f}, {first.high:.2f}], then {alone['looks']} "
-             f"fresh look{'s' if alone['looks'] != 1 else ''} alone {alone['ratio']:.2f}x "
-             f"[{alone['low']:.2f}, {alone['high']:.2f}]")
+    low, high = post.interval()
+    pairs = sum(c.pairs for c in ([first] if post.looks > len(looks) else []) + looks)
+    step.speedup = Ratio(ratio=post.ratio, low=low, high=high, pairs=pairs)
+    step.accepted = decision.verdict is Verdict.KEEP
+    looked = f"{post.ratio:.2f}x [{low:.2f}, {high:.2f}] over {post.looks} look{'s' if post.looks > 1 else ''}"
+    chance = f"P(gain > {decision.bar:.3f}) = {decision.p_gain:.3f}"
     if step.accepted:
-        step.reason = (f"{every['ratio']:.2f}x, interval [{every['low']:.2f}, {every['high']:.2f}] over "
-                       f"{every['looks']} looks clears the least gain {bar:.3f} ({again}; {how})")
+        step.reason = f"{looked}: {chance}, at least {1 - p.alpha:g}"
+    elif decision.verdict is Verdict.LOOK:
+        step.reason = f"{looked}: {chance}, not settled when the budget ran out (search estimate {searched:.2f}x)"
+    elif decision.p_gain < p.floor:
+        step.reason = f"{looked}: {chance}, under {p.floor:g} (search estimate {searched:.2f}x)"
     else:
-        step.reason = (f"not shown: {again}; all {every['looks']} looks {every['ratio']:.2f}x "
-                       f"[{every['low']:.2f}, {every['high']:.2f}]: the fresh looks and all of them must each clear "
-                       f"the least gain {bar:.3f} ({how})")
+        step.reason = f"{looked}: {chance}; {decision.why} (search estimate {searched:.2f}x)"

@@ -195,11 +195,10 @@ class Noise(Ratio):
     least gain), a third is measured and the two nearest 1 are pooled; `readings` holds
     every A/A measured (one alone: the second failed)."""
 
-    margin: float = Field(description="The A/A's distance from 1, never under 1 + min_gain: what a candidate's first "
-                          "comparison must read above to be compared again in fresh sessions")
-    min_gain: float = Field(description="The least gain kept: the intervals of a candidate's fresh looks, and of all "
-                            "its looks (each look counted once, the spread between sessions in them), must each "
-                            "clear 1 + min_gain")
+    margin: float = Field(description="The A/A's distance from 1, never under 1 + min_gain: the least gain a waste "
+                          "must promise, or a search reading show, for a recipe to be worth a search")
+    min_gain: float = Field(description="The least gain kept: a change is kept when the noise model gives "
+                            "P(gain > 1 + min_gain) >= 1 - alpha over its side-by-side looks (docs/policy.md)")
     readings: list[Ratio] = Field(default_factory=list)
     band: float | None = Field(None, description="The factor within which a single search reading was taken "
                                "as no different from another config's (or its pooled estimate) when the run "

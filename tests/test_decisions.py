@@ -554,11 +554,15 @@ def test_one_disturbed_aa_is_outvoted_and_a_real_gain_is_still_kept(tmp_path):
     assert "a third was measured" in noise_text(r)
 
 
-def test_a_difference_that_repeats_still_sets_the_margin(tmp_path):
+def test_a_difference_the_aas_repeat_widens_the_noise_and_a_real_gain_needs_more_looks(tmp_path):
+    """Three A/As read 1.4x: one look of a real 1.3x gain cannot be told from that; the looks
+    that follow agree with each other, and the gain is kept on them."""
     runner = _DisturbedAA(_speed, noise=0.01, disturbed=3, factor=1.4)
     r = run_agent(runner, tmp_path, only=("compile",))
     assert len(r.noise.readings) == 3 and r.noise.margin > 1.35
-    assert r.final_config["compile.mode"] == "none"  # 1.3x cannot clear what A/A itself reads
+    kept = next(s for s in r.steps if s.accepted)
+    assert r.final_config["compile.mode"] != "none", kept.reason
+    assert int(kept.reason.split(" look")[0].rsplit(" ", 1)[1]) > 2, kept.reason
 
 
 def test_a_wide_aa_whose_interval_holds_one_is_measured_again_before_it_sets_the_margin(tmp_path):
@@ -648,7 +652,8 @@ def test_a_repeat_that_fails_keeps_the_first_aa_and_says_so(tmp_path):
 
     r = run_agent(FailingRepeat(_speed, noise=0.01, disturbed=1, factor=1.67), tmp_path, only=("compile",))
     assert len(r.noise.readings) == 1 and r.noise.margin > 1.6
-    assert r.final_config["compile.mode"] == "none"
+    kept = next(s for s in r.steps if s.accepted)  # the one wide A/A: a real 1.3x needs more than two looks
+    assert r.final_config["compile.mode"] != "none" and int(kept.reason.split(" look")[0].rsplit(" ", 1)[1]) > 2
     assert "A second A/A failed, so the first alone sets the margin" in noise_text(r)
 
 
@@ -695,8 +700,8 @@ class _DisturbedProbe(FakeRunner):
 def test_a_most_promising_config_whose_one_reading_was_disturbed_is_looked_at_side_by_side_and_kept(tmp_path):
     """compile is 1.25x here, but its first search reading falls in a burst (0.6x of the
     incumbent, below the noise band): one side-by-side look shows it is not slower, so the
-    search goes on (max-autotune is measured) and that look is its first comparison (not
-    taken again); compile is kept."""
+    search goes on (max-autotune is measured) and that look is not taken again (nor counted as
+    evidence for it: it chose it); compile is kept."""
 
     def speed(c):
         return 100.0 * {"none": 1.0, "default": 1.25, "max-autotune-no-cudagraphs": 1.2}[c.compile.mode]
@@ -708,9 +713,9 @@ def test_a_most_promising_config_whose_one_reading_was_disturbed_is_looked_at_si
     assert step.trials[0].samples_per_s < 80  # the disturbed reading (1.25 x 0.6), stored as measured
     assert step.accepted and r.final_config["compile.mode"] == "default", step.reason
     looks = [p for p in runner.interleaved if {p[0]["compile.mode"], p[1]["compile.mode"]} == {"none", "default"}]
-    fresh = int(step.reason.split(" fresh look")[0].rsplit(" ", 1)[1])
+    fresh = int(step.reason.split(" look")[0].rsplit(" ", 1)[1])
     # the look, the fresh looks and the final comparison with the baseline: no second first look
-    assert "the first comparison 1.2" in step.reason and len(looks) == 1 + fresh + 1, step.reason
+    assert len(looks) == 1 + fresh + 1, step.reason
 
 
 def test_a_fallback_recipes_one_candidate_is_not_dropped_on_one_disturbed_reading(tmp_path):
@@ -730,7 +735,9 @@ def test_a_fallback_recipes_one_candidate_is_not_dropped_on_one_disturbed_readin
     assert [t.config["optimizer.impl"] for t in step.trials] == ["fused"]
     assert step.trials[0].samples_per_s < 80  # the disturbed reading, stored as measured
     assert step.accepted and r.final_config["optimizer.impl"] == "fused", step.reason
-    assert "the first comparison 1.1" in step.reason, step.reason  # the look is its first comparison
+    fresh = int(step.reason.split(" look")[0].rsplit(" ", 1)[1])
+    looks = [p for p in runner.interleaved if {p[0]["optimizer.impl"], p[1]["optimizer.impl"]} == {"default", "fused"}]
+    assert len(looks) == 1 + fresh + 1, step.reason  # the recheck's look is not taken again
 
 
 def test_a_fallback_recipes_one_candidate_slower_side_by_side_too_ends_its_round(tmp_path):

@@ -60,6 +60,6 @@ def judge(looks: Sequence[Look], model: NoiseModel, policy: Policy = DEFAULT) ->
     if post.looks >= policy.max_looks:
         return Decision(Verdict.DROP, post, p, bar, f"dropped: {policy.max_looks} looks did not show it")
     if math.isfinite(post.scale) and reachable(post, policy) < policy.floor:
-        return Decision(Verdict.DROP, post, p, bar, f"dropped: {policy.max_looks} looks would show it with "
-                        f"probability under {policy.floor:g}")
+        return Decision(Verdict.DROP, post, p, bar, f"dropped: {policy.max_looks} looks in all would "
+                        f"show it with a chance under {policy.floor:g}")
     return Decision(Verdict.LOOK, post, p, bar, "not settled: another look")

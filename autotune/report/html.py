@@ -153,7 +153,7 @@ def _cards(report: Report) -> list[str]:
         _card("Where a step's time goes", "Milliseconds per training step, by stage, at the baseline and with the tuned config.",
               stage_chart(report), _table(stage_table(report))),
         _card("What each step gained", "Measured speedup over the config before it, with its confidence interval. "
-              "A step is kept only when its fresh looks show the gain, each look a fresh pair of sessions. " + noise_text(report), speedup_chart(report)),
+              "A step is kept only when its side-by-side looks, each a fresh pair of sessions, make the gain near certain. " + noise_text(report), speedup_chart(report)),
         _card("Search history", "Every trial's throughput, in the order tried; each band is one recipe's search.",
               history_chart(report)),
         _card("Recommendations", "Ranked by measured gain, accepted first.", _table(recommendation_table(report)),

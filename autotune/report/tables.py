@@ -12,6 +12,7 @@ from typing import Any, Callable
 from autotune import probe
 from autotune.clock import STAGES
 from autotune.leftover import words
+from autotune.policy import DEFAULT
 from autotune.record import Report, Step, Summary, Verdict
 
 from .fmt import (
@@ -236,10 +237,10 @@ def noise_text(report: Report) -> str:
     if n is None or number(n.ratio) is None:
         return "The baseline's noise was not measured."
     bar = fmt_ratio(1 + n.min_gain) if number(n.min_gain) is not None else "its least gain"
-    margin = (f"; a candidate whose first comparison clears this noise margin, {fmt_ratio(n.margin)}, is compared "
-              f"again in fresh sessions, and kept only when the 95% intervals of those fresh looks, and of all its "
-              f"looks, each clear {bar} (each look counted once, the spread between sessions, the A/As' among it, "
-              f"in the interval)" if number(n.margin) is not None else "")
+    margin = (f"; a recipe is searched when its waste or a search reading promises more than this noise margin, "
+              f"{fmt_ratio(n.margin)}, and a change is kept when its side-by-side looks give a gain past {bar} a "
+              f"chance of at least {1 - DEFAULT.alpha:g} under the noise model fitted to the A/As and the run's "
+              f"repeated looks" if number(n.margin) is not None else "")
     again = ""
     all_ = ", ".join(fmt_ratio(m.ratio) for m in n.readings)
     if len(n.readings) == 2:
