@@ -61,7 +61,8 @@ AGENT_TRIALS = 40  # `autotune tune`'s default; the agent stops earlier when its
 QUICK_AGENT_TRIALS = 4
 PLACEBO_RUNS, QUICK_PLACEBO_RUNS = 21, 3  # in turn over the input-, compute- and memory-shaped placebo workloads
 PLACEBO_MODEL_RUNS, QUICK_PLACEBO_MODEL_RUNS = 150, 6  # FakeRunner runs per gain for the power
-TOP = 3  # the grid's best configs re-measured side by side
+TOP = 3  # a grid without sessions: its fastest configs re-measured side by side
+SHORTLIST_CAP = 5  # most of the grid's configs the judge re-measures (the shortlist, fastest first)
 QUICK_JUDGE_LOOKS = (2, 2)  # --quick: a smoke test of the judge, not figures (the full suite: methods.JUDGE_LOOKS)
 SEARCHES = ("blind_tpe", "random")
 METHODS = ("oracle", "default", "rule_of_thumb", "blind_tpe", "random", "autotune")
@@ -71,9 +72,10 @@ Log = Callable[[str], None]
 METHOD = {
     "grid": "every config of the case's grid measured once under the protocol (stored under benchmarks/grids/ with "
             "the machine, protocol, date and each row's load average); ranks the grid and serves the lookups",
-    "oracle": f"the fastest, re-measured side by side, of the grid's {TOP} best feasible configs (by their stored "
-              "figure): the 'grid's best', picked on the judge's selection rounds and measured on its held-out "
-              "rounds; the other top configs are shown as grid_2, grid_3",
+    "oracle": "the fastest, re-measured side by side, of the grid's shortlist (every feasible config whose 95% "
+              f"interval over its sessions reaches the best's, at most {SHORTLIST_CAP}, fastest first; a grid without "
+              f"sessions: its {TOP} fastest): the 'grid's best', picked on the judge's selection rounds and measured "
+              "on its held-out rounds; the other shortlisted configs are shown as grid_2, grid_3, ...",
     "default": "TrainConfig()",
     "rule_of_thumb": "cases.RuleOfThumb on this device, measured once (its feasibility), then judged",
     "blind_tpe": "Optuna TPESampler(seed, n_startup_trials=4) over the grid's knobs, the default enqueued first, "
@@ -155,8 +157,9 @@ def run_case(case: Case, rule: RuleOfThumb, protocol: Protocol, device: torch.de
 
     final_cfg = TrainConfig().with_changes(rep.final_config or {})
     final_peak = (rep.final.peak_memory_bytes if rep.final else None) or 0
-    top = [f"grid_{i + 1}" for i in range(len(gs["best"]))]
-    chosen = {label: TrainConfig().with_changes(rows[i]["config"]) for label, i in zip(top, gs["best"])}
+    short = [i for i in gs["shortlist"] if rows[i]["feasible"]][:SHORTLIST_CAP] or gs["best"]
+    top = [f"grid_{i + 1}" for i in range(len(short))]
+    chosen = {label: TrainConfig().with_changes(rows[i]["config"]) for label, i in zip(top, short)}
     chosen |= {"default": TrainConfig(), "rule_of_thumb": rule_cfg,
                **{m: TrainConfig().with_changes(searches[m]["best_config"]) for m in SEARCHES}, "autotune": final_cfg}
     infeasible = {label for label, ok in (
@@ -210,7 +213,7 @@ def run_case(case: Case, rule: RuleOfThumb, protocol: Protocol, device: torch.de
                          "date": stored["date"],
                          "machine": stored["machine"], "runner": stored["runner"],
                          "load_avg": [r["load_avg"][0] for r in rows if r.get("load_avg")],
-                         "top": [{"label": t, **_row_brief(rows[i])} for t, i in zip(top, gs["best"])]},
+                         "top": [{"label": t, **_row_brief(rows[i])} for t, i in zip(top, short)]},
         "grid_results": {"rows": [_row_brief(r) for r in rows]},
         "rule_of_thumb": rule_res,
         "searches": {m: {k: searches[m][k] for k in ("trials", "measured", "windows", "wall_s")} for m in SEARCHES},
