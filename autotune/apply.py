@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.nn.modules.batchnorm import _NormBase
@@ -44,15 +44,61 @@ def default_threads() -> int:
 
 
 def apply_backend(config: TrainConfig, device: torch.device | str) -> int:
-    """Intra-op threads, TF32 and cuDNN autotuning; returns the thread count set."""
+    """Every process-wide setting `config` carries: intra-op threads, TF32 and cuDNN autotuning,
+    an unset flag back to the value this process had before autotune first set it. Called before
+    every window, so two configs sharing a process each run with their own. Returns the threads."""
     # Ranks on one machine share its cores: by default each takes its share of them.
     threads = config.backend.num_threads or max(1, default_threads() // config.distributed.world_size)
     torch.set_num_threads(threads)
-    if torch.device(device).type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = config.precision.tf32
-        torch.backends.cudnn.allow_tf32 = config.precision.tf32
-        torch.backends.cudnn.benchmark = config.backend.cudnn_benchmark
+    tf32 = config.precision.tf32
+    for flag, value in ((_MATMUL, tf32), (_CONV, tf32), (_BENCHMARK, config.backend.cudnn_benchmark)):
+        flag.want(value)
     return threads
+
+
+class _Flag:
+    """One process-wide flag of torch: set to what a config asks (a bool), or, unset, back to
+    the value the process had before the first change; written only when it differs."""
+
+    def __init__(self, owner: Callable[[], Any], name: str, values: tuple[Any, Any] = (False, True)) -> None:
+        self.owner, self.name, self.values = owner, name, values
+        self.initial: Any = None
+        self.changed = False
+
+    def want(self, value: bool | None) -> None:
+        if value is None and not self.changed:
+            return  # never set here: PyTorch's own value (or the user's) stands
+        owner = self.owner()
+        now = getattr(owner, self.name)
+        target = self.initial if value is None else self.values[bool(value)]
+        if not self.changed:
+            self.initial, self.changed = now, True
+        if now != target:
+            setattr(owner, self.name, target)
+
+
+def _precision_api() -> bool:
+    """Whether this torch has the fp32_precision API (2.9 and later); mixing it with the legacy
+    allow_tf32 flags raises, so only one of them is ever written."""
+    return hasattr(torch.backends.cuda.matmul, "fp32_precision")
+
+
+if _precision_api():
+    _MATMUL = _Flag(lambda: torch.backends.cuda.matmul, "fp32_precision", ("ieee", "tf32"))
+    _CONV = _Flag(lambda: torch.backends.cudnn.conv, "fp32_precision", ("ieee", "tf32"))
+else:  # pragma: no cover - torch before 2.9
+    _MATMUL = _Flag(lambda: torch.backends.cuda.matmul, "allow_tf32")
+    _CONV = _Flag(lambda: torch.backends.cudnn, "allow_tf32")
+_BENCHMARK = _Flag(lambda: torch.backends.cudnn, "benchmark")
+
+
+def tf32_code(value: bool) -> str:
+    """The lines that set TF32 for float32 matmuls and convolutions, in this torch's API."""
+    if _precision_api():
+        mode = "tf32" if value else "ieee"
+        return (f'torch.backends.cuda.matmul.fp32_precision = "{mode}"; '
+                f'torch.backends.cudnn.conv.fp32_precision = "{mode}"')
+    return f"torch.backends.cuda.matmul.allow_tf32 = {value}; torch.backends.cudnn.allow_tf32 = {value}"
 
 
 def dataloader_kwargs(config: TrainConfig) -> dict[str, Any]:

@@ -39,7 +39,8 @@ class DataConfig(_Section):
 
 class PrecisionConfig(_Section):
     amp: Literal["none", "bf16", "fp16"] = Field("none", description="Autocast dtype; fp16 adds a GradScaler.")
-    tf32: bool = Field(False, description="TF32 matmul/conv on CUDA (Ampere or newer).")
+    tf32: bool | None = Field(None, description="TF32 for float32 matmuls and convolutions on CUDA (Ampere or newer); "
+                              "null = PyTorch's own setting, left as it is.")
 
 
 class CompileConfig(_Section):
@@ -62,7 +63,8 @@ class OptimizerConfig(_Section):
 
 
 class BackendConfig(_Section):
-    cudnn_benchmark: bool = Field(False, description="cuDNN autotuner for convolutions (CUDA).")
+    cudnn_benchmark: bool | None = Field(None, description="cuDNN autotuner for convolutions (CUDA); null = PyTorch's "
+                                         "own setting, left as it is.")
     num_threads: int | None = Field(None, ge=1, le=MAX_THREADS, description="Intra-op CPU threads of the training process; null = torch's default.")
 
 

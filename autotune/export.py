@@ -17,8 +17,7 @@ written as a comment holding the PyTorch code line that does it. For `hf` and
 
 Targets that need the workload's global batch size (a tuned `memory.micro_batch_size`
 becomes a per-device batch plus gradient accumulation) read it from the report
-(`batch_size`), or from `batch_size` (`--batch-size N`) for reports written before it was
-recorded.
+(`batch_size`), or from `--batch-size N` for reports written before it was recorded.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .apply import tf32_code
 from .config import TrainConfig, from_flat, to_yaml
 from .errors import UserError
 from .record import Report
@@ -115,7 +115,7 @@ def code_line(key: str, value: Any, device: str = "cuda", accumulation: int | No
         line = f"with torch.autocast({device!r}, dtype={_DTYPE[value]}): loss = ..."
         return line + ("; scaler = torch.amp.GradScaler()" if value == "fp16" else "")
     if key == "precision.tf32":
-        return f"torch.backends.cuda.matmul.allow_tf32 = {value}; torch.backends.cudnn.allow_tf32 = {value}"
+        return tf32_code(value)
     if key == "compile.mode":
         if value == "none":
             return "no torch.compile"

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import comm, ranks, signals
+from . import apply, comm, ranks, signals
 from .clock import STAGES, clock_for
 from .config import TrainConfig
 from .errors import TrialFailed, UserError, call_user
@@ -259,7 +259,8 @@ class Session:
     def _window(self) -> Window:
         checkpoint("window")
         warmup, steps = self.protocol.plan(self.trainer.in_flight)
-        torch.set_num_threads(self.trainer.threads)  # another session may share this process
+        # Another session may share this process: its threads and flags are this config's again.
+        apply.apply_backend(self.trainer.config, self.trainer.device)
         epoch_start = self._open_stream()
         losses = []
         if self._first:

@@ -41,9 +41,14 @@ def recommendations(steps: list[Step], recipes: dict[str, Recipe]) -> list[Recom
 
 
 def render_snippet(template: str, config: dict[str, Any]) -> str:
-    """The recipe's snippet with `{dotted.key}` filled from the config it recommends."""
-    text = template
-    for key, value in config.items():
-        text = text.replace("{" + key + "}", str(value))
-    return text
+    """The recipe's snippet with `{dotted.key}` filled from the config it recommends; a line naming
+    a key the config leaves unset (null: PyTorch's own value) is left out."""
+    lines = []
+    for line in template.splitlines():
+        if any(value is None and "{" + key + "}" in line for key, value in config.items()):
+            continue
+        for key, value in config.items():
+            line = line.replace("{" + key + "}", str(value))
+        lines.append(line)
+    return "\n".join(lines) + ("\n" if template.endswith("\n") else "")
 

@@ -82,9 +82,15 @@ def definition(case: Case) -> dict[str, Any]:
 
 def key(config: TrainConfig | dict[str, Any]) -> str:
     """A config's identity in a stored grid: its flat form, sorted, as JSON. A stored config
-    written before a knob existed stands for that knob at its default (it was measured so)."""
+    written before a knob existed stands for that knob at its default (it was measured so), and
+    one written before the CUDA flags were tri-state holds false for unset (CPU grids never set them)."""
     flat = (config if isinstance(config, TrainConfig) else TrainConfig().with_changes(config)).flat()
+    for flag in UNSET_WAS_FALSE:
+        flat[flag] = flat[flag] or None
     return json.dumps(sorted(flat.items()), default=str)
+
+
+UNSET_WAS_FALSE = ("precision.tf32", "backend.cudnn_benchmark")
 
 
 def machine_folder(device: torch.device) -> Path:

@@ -29,14 +29,26 @@ TUNED = {
 }
 
 
+PRECISION_API = hasattr(torch.backends.cuda.matmul, "fp32_precision")  # torch 2.9 and later
+
+
+def _tf32() -> tuple:
+    """TF32 for matmuls and convolutions, read in the API autotune writes (mixing them raises)."""
+    if PRECISION_API:
+        return torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision
+    return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+
 @pytest.fixture(autouse=True)
 def _restore_backends():
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-             torch.backends.cudnn.benchmark, torch.get_num_threads())
+    saved = (_tf32(), torch.backends.cudnn.benchmark, torch.get_num_threads())
     yield
-    (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
-     torch.backends.cudnn.benchmark) = saved[:3]
-    torch.set_num_threads(saved[3])
+    owners = ((torch.backends.cuda.matmul, torch.backends.cudnn.conv) if PRECISION_API else
+              (torch.backends.cuda.matmul, torch.backends.cudnn))
+    for owner, value in zip(owners, saved[0]):
+        setattr(owner, "fp32_precision" if PRECISION_API else "allow_tf32", value)
+    torch.backends.cudnn.benchmark = saved[1]
+    torch.set_num_threads(saved[2])
 
 
 class Images(torch.utils.data.Dataset):
@@ -85,7 +97,7 @@ def test_cuda_knobs_are_applied():
         return F.cross_entropy(out.float(), batch[1])
 
     t = Trainer(make(loss), from_flat(TUNED), CUDA)
-    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert _tf32() == (("tf32", "tf32") if PRECISION_API else (True, True))
     assert torch.backends.cudnn.benchmark
     assert t.model[0].weight.is_cuda
     assert t.model[0].weight.is_contiguous(memory_format=torch.channels_last)
@@ -106,11 +118,11 @@ def test_cuda_knobs_are_applied():
     assert all(p.dtype == torch.float32 for p in t.model.parameters())
 
 
-def test_tf32_off_by_default_on_cuda():
-    torch.backends.cuda.matmul.allow_tf32 = True
+def test_the_default_config_leaves_pytorchs_own_tf32_and_cudnn_flags_on_cuda():
+    """The baseline is PyTorch's defaults: building the default config writes no flag."""
+    before = (_tf32(), torch.backends.cudnn.benchmark)
     Trainer(make(), autotune.TrainConfig(), CUDA)
-    assert not torch.backends.cuda.matmul.allow_tf32
-    assert not torch.backends.cudnn.benchmark
+    assert (_tf32(), torch.backends.cudnn.benchmark) == before
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or not torch.cuda.is_bf16_supported(), reason="needs bf16")

@@ -19,9 +19,9 @@ from autotune.report import load_report, render_html, render_markdown, rerender,
 
 CONFIG0 = {
     "data.num_workers": 0, "data.prefetch_factor": None, "data.pin_memory": False, "data.persistent_workers": False,
-    "data.non_blocking": False, "precision.amp": "none", "precision.tf32": False, "compile.mode": "none",
+    "data.non_blocking": False, "precision.amp": "none", "precision.tf32": None, "compile.mode": "none",
     "memory.micro_batch_size": None, "memory.activation_checkpointing": False, "layout.channels_last": False,
-    "optimizer.impl": "default", "backend.cudnn_benchmark": False, "backend.num_threads": None,
+    "optimizer.impl": "default", "backend.cudnn_benchmark": None, "backend.num_threads": None,
 }
 FINAL_CONFIG = dict(CONFIG0, **{"data.num_workers": 8, "data.prefetch_factor": 2})
 
