@@ -99,6 +99,7 @@ class Trainer:
 
     def __init__(self, workload: Workload, config: TrainConfig, device: torch.device, seed: int = 0,
                  rank: ranks.RankSpec | None = None) -> None:
+        workload.check()
         check_applicable(workload, config, device)
         self.rank = rank
         if config.distributed.world_size > 1:  # first: a failure below must not leave other ranks at the rendezvous
@@ -138,6 +139,9 @@ class Trainer:
         self.annotate = False  # named profiler ranges per stage (set while profiling)
 
     def _make_loader(self) -> DataLoader:
+        return call_user("building a DataLoader over the workload's dataset", self._loader)
+
+    def _loader(self) -> DataLoader:
         # The shuffle has a generator of its own: the DataLoader's also seeds workers (once
         # per iterator), which would shift later epochs' order with persistent workers.
         # Under DDP each rank reads its own shard (an iterable dataset shards itself), in an

@@ -50,6 +50,11 @@ class Workload:
     source: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Every field valid, all errors in one `UserError`: at construction and again before each
+        use, so a field changed after construction is caught where it would fail."""
         errors = []
         if not isinstance(self.name, str) or not self.name.strip():
             errors.append(f"name must be a non-empty string, got {_short(self.name)}")

@@ -137,6 +137,15 @@ CASES = [
          {"w.py": target("def workload():\n    return make(name='  ')\n")}),
     Case("dataset-none", ["profile", "w.py"], ("dataset must be", "got NoneType"),
          {"w.py": target("def workload():\n    return make(dataset=None)\n")}),
+    Case("dataset-set-to-none-after-construction", ["profile", "w.py", *FAST], ("dataset must be", "got NoneType"),
+         {"w.py": target("def workload():\n    w = make()\n    w.dataset = None\n    return w\n")}),
+    Case("batch-size-set-to-zero-after-construction", ["profile", "w.py", *FAST], "batch_size must be a positive int",
+         {"w.py": target("def workload():\n    w = make()\n    w.batch_size = 0\n    return w\n")}),
+    Case("dataset-len-raises-when-the-loader-is-built", ["profile", "w.py", *FAST],
+         ("building a DataLoader over the workload's dataset", "len broke"),
+         {"w.py": target("class B(Vectors):\n    calls = 0\n\n    def __len__(self):\n        B.calls += 1\n"
+                         "        if B.calls > 1:\n            raise RuntimeError('len broke')\n        return 64\n\n"
+                         "def workload():\n    return make(dataset=B(64))\n")}, user_code=True),
     Case("dataset-factory-none", ["profile", "w.py", *FAST], "dataset factory returned NoneType",
          {"w.py": target("def workload():\n    return make(dataset=lambda: None)\n")}),
     Case("batch-size-true", ["profile", "w.py"], "batch_size must be a positive int, got True",
