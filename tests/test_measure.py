@@ -113,10 +113,11 @@ def _cpu_share(dataset, workers: int = 0) -> float | None:
 
 
 def test_the_loading_threads_cpu_share_tells_decoding_from_waiting():
-    """In-process loading that computes reads near 1; one that sleeps (storage) near 0;
-    with loader workers the training process only waits, so nothing is claimed."""
-    assert _cpu_share(lambda: BusyVectors(64)) > 0.5
-    assert _cpu_share(lambda: SlowVectors(64)) < 0.25
+    """In-process loading that computes reads near 1 on an idle machine (less where other processes
+    share the cores); one that sleeps (storage) near 0; with loader workers the training process
+    only waits, so nothing is claimed."""
+    busy, sleeping = _cpu_share(lambda: BusyVectors(64)), _cpu_share(lambda: SlowVectors(64))
+    assert sleeping < 0.25 and busy > max(0.2, 4 * sleeping), (busy, sleeping)
     assert _cpu_share(lambda: SlowVectors(64), workers=1) is None
 
 
