@@ -62,7 +62,7 @@ QUICK_AGENT_TRIALS = 4
 PLACEBO_RUNS, QUICK_PLACEBO_RUNS = 21, 3  # in turn over the input-, compute- and memory-shaped placebo workloads
 PLACEBO_MODEL_RUNS, QUICK_PLACEBO_MODEL_RUNS = 150, 6  # FakeRunner runs per gain for the power
 TOP = 3  # a grid without sessions: its fastest configs re-measured side by side
-SHORTLIST_CAP = 5  # most of the grid's configs the judge re-measures (the shortlist, fastest first)
+SHORTLIST_CAP, QUICK_SHORTLIST_CAP = 5, 2  # most of the grid's configs the judge re-measures (fastest first)
 QUICK_JUDGE_LOOKS = (2, 2)  # --quick: a smoke test of the judge, not figures (the full suite: methods.JUDGE_LOOKS)
 SEARCHES = ("blind_tpe", "random")
 METHODS = ("oracle", "default", "rule_of_thumb", "blind_tpe", "random", "autotune")
@@ -157,7 +157,8 @@ def run_case(case: Case, rule: RuleOfThumb, protocol: Protocol, device: torch.de
 
     final_cfg = TrainConfig().with_changes(rep.final_config or {})
     final_peak = (rep.final.peak_memory_bytes if rep.final else None) or 0
-    short = [i for i in gs["shortlist"] if rows[i]["feasible"]][:SHORTLIST_CAP] or gs["best"]
+    cap = QUICK_SHORTLIST_CAP if case.quick else SHORTLIST_CAP
+    short = [i for i in gs["shortlist"] if rows[i]["feasible"]][:cap] or gs["best"]
     top = [f"grid_{i + 1}" for i in range(len(short))]
     chosen = {label: TrainConfig().with_changes(rows[i]["config"]) for label, i in zip(top, short)}
     chosen |= {"default": TrainConfig(), "rule_of_thumb": rule_cfg,

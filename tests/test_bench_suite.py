@@ -20,6 +20,7 @@ EXAMPLES = ("input_bound", "memory_bound")  # an in-process case and an isolated
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # ~8 min on 2 idle cores; more than twice that where other work shares them
 def test_quick_run_writes_json_and_markdown(tmp_path, capsys):
     threads = torch.get_num_threads()
     out_json, out_md = tmp_path / "suite.json", tmp_path / "suite.md"
