@@ -5,7 +5,6 @@ beyond autotune's knobs. Everything said is read from the run's own measurements
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from . import handoff, machine
@@ -14,7 +13,7 @@ from .diagnose import ADVICE, CPU_BOUND_LOADING, material
 from .record import Bottleneck, Leftover, Limit, Step, Summary, TrialState, Verdict, Waste
 from .units import format_bytes
 
-__all__ = ["BEYOND", "INPUT_CPU", "INPUT_IO", "KNOBS", "WORKERS", "host_limits", "leftover", "words"]
+__all__ = ["BEYOND", "INPUT_CPU", "INPUT_IO", "KNOBS", "WORKERS", "leftover", "words"]
 
 WORKERS = "data.num_workers"  # the loader's lever: the knob whose range grows with the host
 KNOBS = "beyond autotune's knobs"  # where the advice of `BEYOND` and `INPUT_*` applies
@@ -51,20 +50,6 @@ def leftover(verdict: Verdict, margin: float, config: TrainConfig, summaries: li
 def words(left: Leftover) -> str:
     """What `stop_reason` says of `left`: the reason, why its lever stopped, and the advice."""
     return "; ".join(x for x in (left.reason, left.why, left.advice) if x)
-
-
-def host_limits(summaries: list[Summary]) -> dict[Limit, int]:
-    """The most loader workers each of this host's limits allows, given what `summaries` used
-    (the terms of `machine.growth_limit`, taken over every summary as `rounds` takes them)."""
-    out = {Limit.OPEN_FILES: machine.open_files_limit() // machine.FILES_PER_WORKER}
-    avail = machine.available_memory_bytes()
-    rss = max((s.peak_rss_bytes for s in summaries if s.peak_rss_bytes), default=None)
-    if avail and rss:
-        out[Limit.MEMORY] = int(machine.WORKER_MEMORY_SHARE * avail // rss)
-    cpu = _cpu_share(summaries)
-    if cpu:
-        out[Limit.CORES] = math.ceil(machine.OVERSUBSCRIBE * machine.cores() / cpu)
-    return {k: max(1, int(v)) for k, v in out.items()}
 
 
 def _cpu_share(summaries: list[Summary]) -> float | None:
@@ -145,7 +130,7 @@ def _workers(config: TrainConfig, summaries: list[Summary], steps: list[Step], b
         return Limit.CORES, (f"the loader stopped at {w} workers: loading is CPU work ({cpu:.0%} of its "
                              f"wait), and {w} workers already exceed the {busy:.1f} that keep the {cores} "
                              f"cores busy: more would only share them"), ev
-    limits = host_limits(summaries)
+    limits = machine.worker_limits(summaries)
     ev["host_limits"] = {k.value: v for k, v in limits.items()}
     kind, most = min(limits.items(), key=lambda kv: kv[1])
     if most <= w:

@@ -9,10 +9,10 @@ import resource
 
 import torch
 
-from .record import Machine, Summary, WorkerRef
+from .record import Limit, Machine, Summary, WorkerRef
 
 __all__ = ["available_memory_bytes", "core_set", "cores", "cpu_isa", "cpu_name", "describe", "fingerprint",
-           "fingerprint_id", "growth_limit", "open_files_limit", "saturating", "worker_ref"]
+           "fingerprint_id", "growth_limit", "open_files_limit", "saturating", "worker_limits", "worker_ref"]
 
 FILES_PER_WORKER = 8  # pipes, a shared-memory handle and queues per DataLoader worker
 OVERSUBSCRIBE = 2  # CPU-bound loader workers per core worth trying, at most
@@ -107,18 +107,23 @@ def open_files_limit() -> int:
 
 def growth_limit(key: str, summary: Summary) -> int:
     """The largest value a growing knob may take on this host, given what a trial used: for
-    DataLoader workers, bounded by memory (each may hold the training process's RSS), open files,
-    and `OVERSUBSCRIBE` times the workers that keep the cores busy (`cores / data_cpu_share`)."""
-    if key != "data.num_workers":
-        return 2**31
-    limits = [open_files_limit() // FILES_PER_WORKER]
-    avail, rss = available_memory_bytes(), summary.peak_rss_bytes
+    DataLoader workers, the least of `worker_limits`."""
+    return min(worker_limits([summary]).values()) if key == "data.num_workers" else 2**31
+
+
+def worker_limits(summaries: list[Summary]) -> dict[Limit, int]:
+    """The most DataLoader workers each of this host's limits allows, given what `summaries` used:
+    memory (each may hold the training process's peak RSS), open files, and `OVERSUBSCRIBE` times
+    the workers that keep the cores busy (`cores / data_cpu_share`)."""
+    out = {Limit.OPEN_FILES: open_files_limit() // FILES_PER_WORKER}
+    avail = available_memory_bytes()
+    rss = max((s.peak_rss_bytes for s in summaries if s.peak_rss_bytes), default=None)
     if avail and rss:
-        limits.append(int(WORKER_MEMORY_SHARE * avail // rss))
-    cpu = summary.signals.data_cpu_share if summary.signals else None
+        out[Limit.MEMORY] = int(WORKER_MEMORY_SHARE * avail // rss)
+    cpu = max((s.signals.data_cpu_share for s in summaries if s.signals and s.signals.data_cpu_share), default=None)
     if cpu:
-        limits.append(math.ceil(OVERSUBSCRIBE * cores() / cpu))
-    return max(1, min(limits))
+        out[Limit.CORES] = math.ceil(OVERSUBSCRIBE * cores() / cpu)
+    return {k: max(1, int(v)) for k, v in out.items()}
 
 
 def saturating(key: str, top: int, *summaries: Summary) -> float | None:

@@ -14,7 +14,7 @@ from autotune import machine
 from autotune.agent import Agent, Settings
 from autotune.config import TrainConfig
 from autotune.diagnose import ADVICE, diagnose
-from autotune.leftover import INPUT_CPU, INPUT_IO, KNOBS, host_limits, leftover, words
+from autotune.leftover import INPUT_CPU, INPUT_IO, KNOBS, leftover, words
 from autotune.recipes import load_recipes
 from autotune.record import Bottleneck, Leftover, Limit, Report, Signals, Step, Summary, Verdict, Waste
 from autotune.report import render_html, render_markdown
@@ -184,12 +184,17 @@ def test_a_hand_off_that_is_most_of_the_wait_left_is_named():
     assert "receiving each batch" not in _left(32, {16: 800.0, 32: 1600.0, 64: 1590.0}, handoff_s=0.001).why
 
 
-def test_the_host_limits_are_the_growth_limit_s_terms(monkeypatch):
+def test_each_host_limit_is_its_own_term_and_growth_stops_at_the_least(monkeypatch):
+    """1000 open files at 8 per worker; half of 3 GB at 100 MB of RSS each; twice the workers that
+    keep the cores busy (a 2-core host) when the loading is CPU work."""
     monkeypatch.setattr(machine, "open_files_limit", lambda: 1000)
     monkeypatch.setattr(machine, "available_memory_bytes", lambda: 3 * 10**9)
-    for cpu in (None, 0.3, 1.0):
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+    for cpu, want in ((None, {Limit.OPEN_FILES: 125, Limit.MEMORY: 15}),
+                      (0.3, {Limit.OPEN_FILES: 125, Limit.MEMORY: 15, Limit.CORES: 14})):
         s = _summary(0, 100.0, cpu=cpu)
-        assert min(host_limits([s]).values()) == machine.growth_limit("data.num_workers", s)
+        assert machine.worker_limits([s]) == want
+        assert machine.growth_limit("data.num_workers", s) == min(want.values())
 
 
 def test_a_fix_in_the_user_s_code_keeps_its_words():
