@@ -181,6 +181,7 @@ class Agent:
         aa, measured = self._noise(base_cfg)
         margin = noise_margin(aa.ratio, aa.pairs, MIN_GAIN)
         r.noise = Noise(ratio=aa.ratio, low=aa.low, high=aa.high, pairs=aa.pairs, margin=margin, min_gain=MIN_GAIN,
+                        alpha=DEFAULT.alpha, floor=DEFAULT.floor, max_looks=DEFAULT.max_looks,
                         readings=[m.ratio_only() for m in measured])
         ctx = Context(self.storage, self.study, self.runner, Constraints(self.settings.memory_limit, base.first_losses),
                       self.settings.seed, margin, _band(aa, margin, base, measured), self._compare, self.events,

@@ -6,8 +6,7 @@ One measurement is a `Summary`; a diagnosis is a `Verdict`; one recipe's round i
 reporters and `autotune report` all pass these models, never loose dicts, so a field is
 written in one place and its JSON schema ships with the package (`report_schema()`).
 
-Configs appear in one shape throughout: flat dotted keys (`"data.num_workers": 4`), the
-same keys `changes` and `tuned.yaml` use.
+Configs are flat dotted keys throughout (`"data.num_workers": 4`), as in `changes` and `tuned.yaml`.
 """
 
 from __future__ import annotations
@@ -17,6 +16,8 @@ from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .policy import DEFAULT
 
 FlatConfig = dict[str, Any]
 """A `TrainConfig` as `{"section.key": value}` for every key."""
@@ -199,12 +200,13 @@ class Noise(Ratio):
                           "must promise, or a search reading show, for a recipe to be worth a search")
     min_gain: float = Field(description="The least gain kept: a change is kept when the noise model gives "
                             "P(gain > 1 + min_gain) >= 1 - alpha over its side-by-side looks (docs/policy.md)")
+    alpha: float = Field(DEFAULT.alpha, description="A change is kept when P(gain > 1 + min_gain) >= 1 - alpha")
+    floor: float = Field(DEFAULT.floor, description="A change is dropped once that chance falls below floor")
+    max_looks: int = Field(DEFAULT.max_looks, description="Most side-by-side looks at one candidate")
     readings: list[Ratio] = Field(default_factory=list)
-    band: float | None = Field(None, description="The factor within which a single search reading was taken "
-                               "as no different from another config's (or its pooled estimate) when the run "
-                               "ended: the spread of the run's unpaired readings, never below the A/A's width or "
-                               "what the windows inside the baseline's and the A/A's readings say of one reading's "
-                               "average")
+    band: float | None = Field(None, description="The factor within which a single search reading was taken as no "
+                               "different from another config's (or its pooled estimate) when the run ended: the "
+                               "spread of the run's unpaired readings, never below the A/A's or the windows' width")
     band_dof: int = Field(0, description="The readings beyond each config's first that the band's spread pools "
                           "(0: the A/A's width alone)")
 

@@ -12,7 +12,6 @@ from typing import Any, Callable
 from autotune import probe
 from autotune.clock import STAGES
 from autotune.leftover import words
-from autotune.policy import DEFAULT
 from autotune.record import Report, Step, Summary, Verdict
 
 from .fmt import (
@@ -239,7 +238,7 @@ def noise_text(report: Report) -> str:
     bar = fmt_ratio(1 + n.min_gain) if number(n.min_gain) is not None else "its least gain"
     margin = (f"; a recipe is searched when its waste or a search reading promises more than this noise margin, "
               f"{fmt_ratio(n.margin)}, and a change is kept when its side-by-side looks give a gain past {bar} a "
-              f"chance of at least {1 - DEFAULT.alpha:g} under the noise model fitted to the A/As and the run's "
+              f"chance of at least {1 - n.alpha:g} under the noise model fitted to the A/As and the run's "
               f"repeated looks" if number(n.margin) is not None else "")
     again = ""
     all_ = ", ".join(fmt_ratio(m.ratio) for m in n.readings)

@@ -17,7 +17,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from autotune.policy import DEFAULT
 from autotune.record import Report, Summary, Trial, Verdict
 from autotune.units import format_bytes
 
@@ -156,7 +155,7 @@ def print_tune_summary(report: Report, out: str | Path) -> None:
     n = report.noise
     if n is not None and n.measured:
         c.print(f"noise (A/A): {n.ratio:.3f} \\[{n.low:.3f}, {n.high:.3f}]; a change is kept when its looks make a "
-                f"gain past {1 + n.min_gain:.3f}x near certain ({1 - DEFAULT.alpha:g})")
+                f"gain past {1 + n.min_gain:.3f}x near certain ({1 - n.alpha:g})")
     if busy := noise_warning(report):
         c.print(f"[yellow]warning:[/] {escape(busy)}")
     c.print(_recommendations_table(report))
