@@ -436,3 +436,15 @@ def test_a_round_that_measured_nothing_is_listed_as_not_tried_not_rejected(repor
     assert step_verdict(late) == f"not tried: {out}" and step_verdict(report.steps[1]).startswith("rejected")
     assert f"not tried: {out}" in render_markdown(report)
     assert '<span class="badge not-tried">not tried</span>' in render_html(report)
+
+
+@pytest.mark.parametrize("device, counted, not_counted", [
+    ("cpu", "parameters, buffers and optimizer state", "resident memory"),
+    ("cuda:0", "peak allocated memory", "reserved but unused"),
+])
+def test_the_run_table_says_what_the_memory_limit_counts_on_its_device(report, device, counted, not_counted):
+    limited = report.model_copy(update={"memory_limit_bytes": 2 * 2**30, "device": device})
+    md = render_markdown(limited)
+    row = next(line for line in md.splitlines() if "memory limit" in line and "counted" in line)
+    assert "2" in row and counted in row and not_counted in row
+    assert "counted" not in next(line for line in render_markdown(report).splitlines() if "memory limit" in line)

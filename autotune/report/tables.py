@@ -69,11 +69,20 @@ def run_table(report: Report) -> Table:
         ["target", Code(report.target) if report.target else NOT_RECORDED],
         ["device", report.device or NOT_RECORDED],
         ["machine", machine or NOT_RECORDED],
-        ["memory limit", fmt_bytes(limit) if limit else "none"],
+        ["memory limit", f"{fmt_bytes(limit)} ({limit_counts(report.device)})" if limit else "none"],
         ["study", Code(where) if where else NOT_RECORDED],
         ["autotune", report.autotune_version or NOT_RECORDED],
     ]
     return ["", ""], rows
+
+
+def limit_counts(device: str | None) -> str:
+    """What a config's peak memory, held against the limit, counts on `device`."""
+    if (device or "").startswith("cuda"):
+        return ("counted: the allocator's peak allocated memory over the profiled steps; its reserved but unused "
+                "memory, the CUDA context and NCCL buffers are not: leave headroom")
+    return ("counted: the peak of tensors allocated over the profiled steps plus the model's parameters, buffers "
+            "and optimizer state; not the process's resident memory (Python, libraries, loader workers)")
 
 
 def protocol_table(report: Report) -> Table:
