@@ -179,13 +179,14 @@ class Agent:
         r.final, r.diagnosis, r.final_config = base, state.verdict, base_cfg.flat()
         self.events.phase("A/A noise")
         aa, measured = self._noise(base_cfg)
-        margin = noise_margin(aa.ratio, aa.pairs, MIN_GAIN)
-        r.noise = Noise(ratio=aa.ratio, low=aa.low, high=aa.high, pairs=aa.pairs, margin=margin, min_gain=MIN_GAIN,
-                        alpha=DEFAULT.alpha, floor=DEFAULT.floor, max_looks=DEFAULT.max_looks,
+        policy = DEFAULT
+        margin = noise_margin(aa.ratio, aa.pairs, policy.min_gain)
+        r.noise = Noise(ratio=aa.ratio, low=aa.low, high=aa.high, pairs=aa.pairs, margin=margin,
+                        min_gain=policy.min_gain, alpha=policy.alpha, floor=policy.floor, max_looks=policy.max_looks,
                         readings=[m.ratio_only() for m in measured])
         ctx = Context(self.storage, self.study, self.runner, Constraints(self.settings.memory_limit, base.first_losses),
                       self.settings.seed, margin, _band(aa, margin, base, measured), self._compare, self.events,
-                      pool=self.pool, lowp=r.machine.lowp_matmul, nulls=measured,
+                      pool=self.pool, lowp=r.machine.lowp_matmul, nulls=measured, policy=policy,
                       handoff_s=r.machine.batch_handoff_s)
         ctx.note(base.config, base.samples_per_s, base.wall_s)
         for m in measured:  # each A/A's two sides: more readings of the baseline to pool

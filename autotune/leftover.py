@@ -52,15 +52,10 @@ def words(left: Leftover) -> str:
     return "; ".join(x for x in (left.reason, left.why, left.advice) if x)
 
 
-def _cpu_share(summaries: list[Summary]) -> float | None:
-    """The loading's CPU share of its wait, where a summary loaded in the training process."""
-    return max((s.signals.data_cpu_share for s in summaries if s.signals.data_cpu_share), default=None)
-
-
 def _input(waste: Waste, reason: str, margin: float, config: TrainConfig, summaries: list[Summary],
            steps: list[Step], band: float, handoff_s: float | None, why_not: str) -> Leftover:
     """An input wait left: why the loader stopped, and the advice for I/O or CPU-bound loading."""
-    cpu = _cpu_share(summaries)
+    cpu = machine.loading_cpu_share(summaries)
     cpu_bound = cpu is not None and cpu >= CPU_BOUND_LOADING
     limit, why, ev = _workers(config, summaries, steps, band, cpu_bound)
     if cpu is not None:
@@ -97,7 +92,7 @@ def _workers(config: TrainConfig, summaries: list[Summary], steps: list[Step], b
     cores = machine.cores()
     ev: dict[str, Any] = {"workers": w, "readings": {str(n): round(v, 2) for n, v in sorted(reads.items())},
                           "band": round(band, 4), "cores": cores}
-    cpu = _cpu_share(summaries)
+    cpu = machine.loading_cpu_share(summaries)
     cpu_words = (f"loading is CPU work ({cpu:.0%} of its wait): the {cores} cores are the limit, not the worker "
                  f"count" if cpu_bound and cpu else "")
     if w == 0:
@@ -151,5 +146,5 @@ def _host(kind: Limit, summaries: list[Summary]) -> str:
         avail = machine.available_memory_bytes() or 0
         return (f"memory: each worker may hold the {format_bytes(rss)} the training process did, and workers get "
                 f"{machine.WORKER_MEMORY_SHARE:.0%} of the {format_bytes(avail)} available")
-    return (f"cores: loading is CPU work ({_cpu_share(summaries):.0%} of its wait), {machine.OVERSUBSCRIBE} workers "
+    return (f"cores: loading is CPU work ({machine.loading_cpu_share(summaries):.0%} of its wait), {machine.OVERSUBSCRIBE} workers "
             f"per core on {machine.cores()} cores")

@@ -6,13 +6,15 @@ import math
 import os
 import platform
 import resource
+from typing import Iterable
 
 import torch
 
 from .record import Limit, Machine, Summary, WorkerRef
 
 __all__ = ["available_memory_bytes", "core_set", "cores", "cpu_isa", "cpu_name", "describe", "fingerprint",
-           "fingerprint_id", "growth_limit", "open_files_limit", "saturating", "worker_limits", "worker_ref"]
+           "fingerprint_id", "growth_limit", "loading_cpu_share", "open_files_limit", "saturating", "worker_limits",
+           "worker_ref"]
 
 FILES_PER_WORKER = 8  # pipes, a shared-memory handle and queues per DataLoader worker
 OVERSUBSCRIBE = 2  # CPU-bound loader workers per core worth trying, at most
@@ -120,7 +122,7 @@ def worker_limits(summaries: list[Summary]) -> dict[Limit, int]:
     rss = max((s.peak_rss_bytes for s in summaries if s.peak_rss_bytes), default=None)
     if avail and rss:
         out[Limit.MEMORY] = int(WORKER_MEMORY_SHARE * avail // rss)
-    cpu = max((s.signals.data_cpu_share for s in summaries if s.signals and s.signals.data_cpu_share), default=None)
+    cpu = loading_cpu_share(summaries)
     if cpu:
         out[Limit.CORES] = math.ceil(OVERSUBSCRIBE * cores() / cpu)
     return {k: max(1, int(v)) for k, v in out.items()}
@@ -132,8 +134,14 @@ def saturating(key: str, top: int, *summaries: Summary) -> float | None:
     range may grow."""
     if key != "data.num_workers":
         return None
-    shares = [s.signals.data_cpu_share for s in summaries if s.signals and s.signals.data_cpu_share]
-    if not shares:
+    cpu = loading_cpu_share(summaries)
+    if not cpu:
         return None
-    busy = cores() / max(shares)
+    busy = cores() / cpu
     return busy if top >= SATURATED * busy else None
+
+
+def loading_cpu_share(summaries: Iterable[Summary]) -> float | None:
+    """The largest CPU share of the data wait among `summaries` that loaded in the training
+    process (None where none did)."""
+    return max((s.signals.data_cpu_share for s in summaries if s.signals and s.signals.data_cpu_share), default=None)
