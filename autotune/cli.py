@@ -77,7 +77,8 @@ def profile(args: argparse.Namespace) -> int:
     if cannot := inapplicable(recipes, verdict, device.type, found, 1 + MIN_GAIN):
         left_out.append(f"not listed: {cannot}")
     terminal.print_profile(workload.name, device.type, workload.batch_size, summary, verdict, fits, found,
-                           ADVICE.get(verdict.bottleneck, "see the evidence above."), left_out)
+                           next((ADVICE[w.cls] for w in verdict.wastes if w.cls in ADVICE), "see the evidence above."),
+                           left_out)
     if json_path:
         doc = {
             "workload": workload.name, "device": device.type, "protocol": protocol.describe().model_dump(mode="json"),

@@ -1,5 +1,5 @@
 """The bottleneck classifier: every waste whose rule fires, ranked, with the numbers that
-decided it; the dominant one names the bottleneck.
+decided it; the class holding the largest share of the step, compute included, names the bottleneck.
 
 Thresholds start from what public tools use, and each says where it comes from. A share
 measured per window carries its 95% interval: a share whose interval straddles its line
@@ -230,6 +230,18 @@ _ORDER = [Bottleneck.MEMORY, Bottleneck.INPUT, Bottleneck.COMMUNICATION, Bottlen
           Bottleneck.LAUNCH, Bottleneck.COMPUTE]
 
 
+def _dominant(wastes: list[Waste]) -> tuple[Waste, float]:
+    """The waste holding the largest share of the step, the model's own compute included (net of
+    the launch overhead measured inside it); a config that does not fit is memory-bound first."""
+    compute = wastes[-1]
+    inside = sum(w.share for w in wastes if w.cls is Bottleneck.LAUNCH)
+    own = max(0.0, compute.share - inside)
+    if wastes[0].cls is Bottleneck.MEMORY and wastes[0].share >= 1:
+        return wastes[0], own
+    top = max(wastes[:-1], key=lambda w: w.share, default=None)  # ties: the rule order of `wastes`
+    return (top if top is not None and top.share >= own else compute), own
+
+
 def diagnose(summary: Summary, device: str, memory_limit: int | None = None, oom: bool = False,
              previous: Verdict | None = None) -> Verdict:
     """Classify one measurement summary; `previous` (the run's last verdict) settles
@@ -238,8 +250,13 @@ def diagnose(summary: Summary, device: str, memory_limit: int | None = None, oom
     fired = [w for w in (r.memory(oom), r.input(), r.communication(), r.transfer(), r.sync(), r.launch()) if w]
     wastes = sorted(fired, key=lambda w: (w.cls is not Bottleneck.MEMORY, -w.share, _ORDER.index(w.cls)))
     wastes.append(r.compute())
-    top = wastes[0]
+    top, own = _dominant(wastes)
     slowest = max(r.shares, key=r.shares.get)
-    reason = top.reason if top.cls is not Bottleneck.COMPUTE else f"the step is spent in {slowest} and no overhead rule fired"
+    if top.cls is not Bottleneck.COMPUTE:
+        reason = top.reason
+    else:
+        beside = ", ".join(f"{w.cls.value} {w.share:.0%}" for w in wastes[:-1])
+        reason = (f"the model's own work is {own:.0%} of the step, most of it in {slowest}; "
+                  + (f"wastes beside it: {beside}" if beside else "no overhead rule fired"))
     return Verdict(bottleneck=top.cls, slowest_stage=slowest, evidence=_evidence(r, memory_limit), reason=reason,
                    wastes=wastes)

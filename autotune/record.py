@@ -140,7 +140,7 @@ class Waste(Record):
 
 
 class Verdict(Record):
-    """A diagnosis: the dominant class, the slowest stage, every waste ranked, and the numbers."""
+    """A diagnosis: the class holding the largest share of the step, the slowest stage, every waste ranked, and the numbers."""
 
     bottleneck: Bottleneck
     slowest_stage: str

@@ -60,7 +60,7 @@ def methods_table(cases: list[dict[str, Any]]) -> list[str]:
 
 
 def diagnosis_table(cases: list[dict[str, Any]]) -> list[str]:
-    lines = ["| example | planted | diagnosed | correct | evidence | autotune's rounds |", "|---|---|---|---|---|---|"]
+    lines = ["| example | planted | diagnosed | found | evidence | autotune's rounds |", "|---|---|---|---|---|---|"]
     for c in cases:
         d = c["diagnosis"]
         ok = "n/a (realistic)" if d["correct"] is None else ("yes" if d["correct"] else "**no**")
@@ -124,7 +124,7 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     out.append(f"- autotune better than blind TPE on at least half: {_mark(b['met'])} "
                f"({len(b['better_on'])} of {b['examples']}: {', '.join(b['better_on']) or 'none'})")
     d = t["diagnosis"]
-    out.append(f"- diagnosis: {d['correct']} of {d['examples']} planted classes named"
+    out.append(f"- diagnosis: {d['correct']} of {d['examples']} planted classes found (the bottleneck, or a waste listed beside it)"
                + (f" (wrong: {'; '.join(d['wrong'])})" if d["wrong"] else ""))
     if "no_false_acceptances" in t:
         f = t["no_false_acceptances"]

@@ -48,7 +48,7 @@ def summary(window_data_shares: list[float]) -> Summary:
 
 def test_wastes_are_ranked_with_their_amdahl_bound():
     v = diagnose(summary([0.30, 0.32, 0.31]), "cpu")
-    assert v.bottleneck is Bottleneck.INPUT
+    assert v.bottleneck is Bottleneck.COMPUTE  # the model's own work holds 69% of the step
     assert [w.cls for w in v.wastes] == [Bottleneck.INPUT, Bottleneck.COMPUTE]
     top = v.wastes[0]
     assert abs(top.max_gain - 1 / (1 - top.share)) < 1e-9
@@ -60,13 +60,16 @@ def test_a_share_within_noise_of_its_line_does_not_flip():
     clear = summary([0.30, 0.31, 0.29])
     calm = summary([0.01, 0.012, 0.011])
     was_compute, was_input = diagnose(calm, "cpu"), diagnose(clear, "cpu")
-    assert diagnose(borderline, "cpu", previous=was_compute).bottleneck is Bottleneck.COMPUTE
-    assert diagnose(borderline, "cpu", previous=was_input).bottleneck is Bottleneck.INPUT
+    def fired(v):
+        return Bottleneck.INPUT in [w.cls for w in v.wastes]
+
+    assert not fired(diagnose(borderline, "cpu", previous=was_compute))
+    assert fired(diagnose(borderline, "cpu", previous=was_input))
     w = diagnose(borderline, "cpu", previous=was_input).waste(Bottleneck.INPUT)
     assert w.evidence["borderline"] is True
     # clearly above or below the line, the previous verdict does not matter
-    assert diagnose(clear, "cpu", previous=was_compute).bottleneck is Bottleneck.INPUT
-    assert diagnose(calm, "cpu", previous=was_input).bottleneck is Bottleneck.COMPUTE
+    assert fired(diagnose(clear, "cpu", previous=was_compute))
+    assert not fired(diagnose(calm, "cpu", previous=was_input))
 
 
 def test_compile_is_still_tried_after_a_small_data_wait_tops_the_list(tmp_path):
