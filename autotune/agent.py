@@ -223,7 +223,8 @@ class Agent:
         while r.stop_reason is None:
             usable = [x for x in self.recipes if new(x, state.config)]
             hand = handoff.step_share(ctx.handoff_s, state.config, state.summary)  # workers' floor on its wait
-            choices = rank(usable, state.verdict, device, self.facts, attempts, ctx.margin, s.only, ctx.lowp, hand)
+            choices = rank(usable, state.verdict, device, self.facts, attempts, ctx.margin, s.only, ctx.lowp, hand,
+                           ctx.trial_cost())
             reserve = 3 * (ctx.trial_cost() or 0.0)  # a trial, and the final comparison's windows
             closing = None if choices or not state.feasible else \
                 closing_recipe(r.steps, state.config, by_name, ctx.margin, closed)

@@ -65,13 +65,13 @@ def profile(args: argparse.Namespace) -> int:
     summary = m.summary()
     verdict = diagnose(summary, device.type, limit)
     found = facts(workload)
-    # What `autotune tune` would try first, by expected gain per cost (no A/A here: the bar is MIN_GAIN).
+    # What `autotune tune` would try first, by expected gain per second (no A/A here: the bar is MIN_GAIN).
     lowp = probe.lowp_matmul(device)
     hand = handoff.batch_handoff_s(workload, protocol.seed) if any(w.cls is Bottleneck.INPUT for w in verdict.wastes) \
         else None  # what a worker's batch costs to receive: whether workers can shorten the wait
     share = handoff.step_share(hand, workload.base_config(), summary)
     fits = [c.recipe for c in rank(recipes, verdict, device.type, found, Attempts(), 1 + MIN_GAIN, lowp=lowp,
-                                   handoff=share)]
+                                   handoff=share, trial_s=summary.wall_s)]
     why_not = handoff.why_not(hand, summary, verdict, share, 1 + MIN_GAIN)  # an input waste workers cannot shorten
     left_out = [f"not listed: {', '.join(r.name for r in recipes if r.moves_loading())}: {why_not}"] if why_not else []
     if cannot := inapplicable(recipes, verdict, device.type, found, 1 + MIN_GAIN):

@@ -1,6 +1,6 @@
 """What to try next: every recipe that could act on a material waste or on the compute,
-ranked by expected gain per cost (a prior bounded by the measured shares; the measurement
-decides), the closing recipes once none is left, and why the run stops.
+ranked by expected gain per second (a prior bounded by the measured shares, over the round's
+expected seconds; the measurement decides), the closing recipes once none is left, and why the run stops.
 
 A non-compute waste is worth trials only while removing all of it could clear the noise
 (`material`); the compute is worth every recipe that applies. A recipe may be tried again
@@ -24,7 +24,7 @@ from .recipes import Knob, Recipe
 from .record import Bottleneck, Leftover, Step, Verdict, Waste
 
 __all__ = ["STACK", "UNDO", "Attempts", "Choice", "closing_recipe", "expected_gain", "inapplicable",
-           "joint_memory_recipe", "rank", "stacked_recipe", "stop_reason", "undo_recipe"]
+           "joint_memory_recipe", "rank", "round_seconds", "stacked_recipe", "stop_reason", "undo_recipe"]
 
 REVISIT_GROWTH = 1.5  # a target's share must grow this much (and by REVISIT_MIN) to try a recipe again
 REVISIT_MIN = 0.05
@@ -114,11 +114,18 @@ def expected_gain(recipe: Recipe, waste: Waste, stages: dict[str, float] | None 
     return 1.0 / max(1e-9, 1.0 - recipe.removes * share)
 
 
+def round_seconds(recipe: Recipe, trial_s: float) -> float:
+    """What a recipe's round is expected to cost: its trials, each an ordinary trial of
+    `trial_s` plus the recipe's set-up (compilation, for one)."""
+    return recipe.trials * (trial_s + recipe.setup_s)
+
+
 def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, bool], attempts: Attempts,
          margin: float, only: tuple[str, ...] = (), lowp: dict[str, float] | None = None,
-         handoff: float | None = None) -> list[Choice]:
-    """Every recipe worth a search now, best expected gain per cost first (`lowp` and `handoff`
-    as in `expected_gain`)."""
+         handoff: float | None = None, trial_s: float | None = None) -> list[Choice]:
+    """Every recipe worth a search now, the highest expected gain per second first: the log of
+    the prior gain over `round_seconds` (`trial_s`: this run's trial time, else one second;
+    `lowp` and `handoff` as in `expected_gain`)."""
     out = []
     for r in recipes:
         if (only and r.name not in only) or not r.applies(device, facts)[0] or not attempts.may_try(r, verdict):
@@ -130,7 +137,7 @@ def rank(recipes: list[Recipe], verdict: Verdict, device: str, facts: dict[str, 
             g = expected_gain(r, w, verdict.evidence.get("stage_shares"), lowp, handoff)
             if g <= 1.0 or (r.moves_loading() and gates(w, handoff, margin)):
                 continue  # the prior says it does nothing to this waste (or too little to resolve)
-            score = math.inf if math.isinf(g) else math.log(g) / max(r.cost, 1)
+            score = math.inf if math.isinf(g) else math.log(g) / round_seconds(r, trial_s or 1.0)
             if best is None or score > best.score:
                 best = Choice(r, w.cls, g, score)
         if best is not None:

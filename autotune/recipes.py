@@ -138,6 +138,7 @@ class Recipe:
     # targeted waste the recipe is expected to remove, and its expected compute speedup.
     removes: float = 0.8
     compute_speedup: float = 1.1
+    setup_s: float = 0.0  # seconds each trial spends before its first step beyond an ordinary trial
     # The compute stage `compute_speedup` applies to (e.g. "optimizer": a fused optimizer
     # speeds up the optimizer step only); none: the model's whole compute.
     stage: str | None = None
@@ -290,7 +291,7 @@ def _parse(path: Any) -> Recipe:
         raise UserError(f"{where} must be a mapping with name, targets, cost, knobs, tradeoffs.")
     errors: list[str] = []
     known = {"name", "summary", "targets", "cost", "applies", "knobs", "trials", "tradeoffs", "snippet", "removes",
-             "compute_speedup", "stage", "fallbacks"}
+             "compute_speedup", "setup_s", "stage", "fallbacks"}
     errors += [f"unknown field {_show(k)} (known: {', '.join(sorted(known))})" for k in data if k not in known]
     errors += [f"missing field {k!r}" for k in ("name", "targets", "cost", "knobs", "tradeoffs") if k not in data]
     name = _text_field(data, "name", errors, required="name" in data)
@@ -320,6 +321,7 @@ def _parse(path: Any) -> Recipe:
         errors.append(f"field 'trials' must be a whole number from 1 to {MAX_TRIALS}, got {_show(trials)}")
     removes = _number(data, "removes", 0.8, 0.0, 1.0, errors)
     speedup = _number(data, "compute_speedup", 1.1, 1.0, 100.0, errors)
+    setup_s = _number(data, "setup_s", 0.0, 0.0, 3600.0, errors)
     stage = data.get("stage")
     if stage is not None and stage not in COMPUTE_STAGES:
         errors.append(f"field 'stage' must be one of {list(COMPUTE_STAGES)}, got {_show(stage)}")
@@ -332,7 +334,7 @@ def _parse(path: Any) -> Recipe:
         name=name, summary=summary, targets=tuple(Bottleneck(t) for t in targets),
         cost=data["cost"], devices=tuple(devices), requires=tuple(requires), knobs=tuple(knobs), trials=trials,
         tradeoffs=" ".join(tradeoffs.split()), snippet=snippet, source=str(path),
-        removes=removes, compute_speedup=speedup, stage=stage, fallbacks=bool(fallbacks),
+        removes=removes, compute_speedup=speedup, setup_s=setup_s, stage=stage, fallbacks=bool(fallbacks),
     )
 
 

@@ -623,15 +623,15 @@ def test_the_aas_pooled_leave_a_side_opened_second_no_margin_and_it_accepts_no_p
 
 
 def test_a_recipe_is_revisited_once_with_half_its_trials_when_its_waste_returns(tmp_path):
-    """More workers remove the data wait; bf16 then halves the compute and the wait is back
-    (20% of the step): the loader gets a second, shorter round, and no third."""
+    """More workers remove an 80% data wait; bf16 then halves the compute and the wait is
+    back (20% of the step): the loader gets a second, shorter round, and no third."""
 
     def speed(c):
         workers = c.data.num_workers
         return 100.0 * ((1.5 - 0.01 * workers) if workers >= 2 else 1.0) * (1.4 if c.precision.amp == "bf16" else 1.0)
 
     def stages(c):
-        data = 0.4 if c.data.num_workers < 2 else (0.2 if c.precision.amp == "bf16" else 0.02)
+        data = 0.8 if c.data.num_workers < 2 else (0.2 if c.precision.amp == "bf16" else 0.02)
         return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
 
     r = run_agent(FakeRunner(speed, stages=stages, noise=0.01), tmp_path, only=("dataloader", "amp"))
@@ -660,7 +660,9 @@ def test_a_repeat_that_fails_keeps_the_first_aa_and_says_so(tmp_path):
     assert "A second A/A failed, so the first alone sets the margin" in noise_text(r)
 
 
-COMPUTE_ONLY = {"forward": 0.45, "backward": 0.45, "optimizer": 0.1}
+# A compute-bound step. Its optimizer share (8%) leaves the fused optimizer's prior gain just
+# under one thread's (both rounds take three trials), so the rounds go threads first.
+COMPUTE_ONLY = {"forward": 0.46, "backward": 0.46, "optimizer": 0.08}
 
 
 def test_a_recipe_whose_most_promising_config_is_clearly_slower_stops_there(tmp_path):
@@ -926,9 +928,7 @@ def test_a_range_whose_top_reads_within_noise_of_the_best_still_grows(tmp_path):
 def test_a_recipe_with_nothing_left_to_try_is_not_revisited(tmp_path, monkeypatch):
     """On 2 cores the threads recipe has one value (1 thread). Once it is kept, the data wait
     it targets grows (the step got faster), which would call for a revisit: but no value is
-    left to try, so no empty round is played (the benchmark showed "threads (0 trials)");
-    the last round checks the thread limit again without it in the final config (undone:
-    it still gains 1.5x, so it stays)."""
+    left to try, so no empty round is played; both changes are kept."""
     monkeypatch.setattr(machine, "cores", lambda: 2)
 
     def speed(c):
@@ -939,9 +939,10 @@ def test_a_recipe_with_nothing_left_to_try_is_not_revisited(tmp_path, monkeypatc
         return {"data": data, "forward": (1 - data) / 2, "backward": (1 - data) * 0.4, "optimizer": (1 - data) * 0.1}
 
     r = run_agent(FakeRunner(speed, noise=0.01, stages=stages), tmp_path, only=("threads", "optimizer-impl"))
-    steps = [(s.recipe, s.accepted) for s in r.steps]
-    assert steps == [("threads", True), ("optimizer-impl", True), ("undo-threads", False)], steps
-    assert [x.recipe for x in r.recommendations if x.accepted] == ["threads", "optimizer-impl"]
+    rounds = [s.recipe for s in r.steps if not s.recipe.startswith("undo-")]
+    assert sorted(rounds) == ["optimizer-impl", "threads"], rounds  # each once: no empty revisit
+    assert all(s.trials for s in r.steps), [(s.recipe, len(s.trials)) for s in r.steps]
+    assert sorted(x.recipe for x in r.recommendations if x.accepted) == ["optimizer-impl", "threads"]
 
 
 def test_workers_that_only_help_with_fewer_threads_are_found(tmp_path):
@@ -1317,19 +1318,20 @@ def _stages_summary(stages: dict[str, float]) -> Summary:
 
 
 def test_a_fused_optimizer_ranks_by_the_optimizer_steps_own_share():
-    """Amdahl on the stage a recipe acts on: where the optimizer step is half the step (Adam
+    """Amdahl on the stage a recipe acts on: where the optimizer step is most of the step (Adam
     over many small layers) a fused optimizer is the first compute recipe; where it is 6%
-    (a wide MLP), the last."""
+    (a wide MLP), it comes after the recipes that act on the whole compute for as many trials."""
     from autotune.plan import Attempts, rank
 
     def order(stages):
         v = diagnose(_stages_summary(stages), "cpu")
         return [c.recipe.name for c in rank(load_recipes(), v, "cpu", FACTS, Attempts(), margin=1.03)]
 
-    heavy = order({"forward": 0.2, "backward": 0.25, "optimizer": 0.55})
+    heavy = order({"forward": 0.12, "backward": 0.18, "optimizer": 0.7})
     light = order({"forward": 0.34, "backward": 0.6, "optimizer": 0.06})
     assert heavy[0] == "optimizer-impl", heavy
-    assert light[-1] == "optimizer-impl" and set(light) == set(heavy), light
+    assert light.index("optimizer-impl") > max(light.index("threads"), light.index("amp")), light
+    assert set(light) == set(heavy), light
 
 
 def test_on_a_dispatch_bound_step_a_fused_optimizer_removes_the_dispatch_inside_its_stage():

@@ -92,7 +92,7 @@ def verdict_lines(v: Verdict) -> list[str]:
 def recipe_table(recipes: Sequence[Recipe], device: str | None = None, facts: dict[str, bool] | None = None,
                  title: str = "Recipe ladder (cheapest first)") -> Table:
     """The recipes with their cost rank, targets and knobs; with a device, whether each
-    applies there. The rows keep the given order (tune's order is by gain per cost)."""
+    applies there. The rows keep the given order (tune's order is by expected gain per second)."""
     t = Table(title=title, title_justify="left")
     for c in ("cost", "recipe", "targets", "knobs", "applies", "what it does"):
         t.add_column(c, overflow="fold")
@@ -115,7 +115,7 @@ def print_profile(workload: str, device: str, batch_size: int, summary: Summary,
     for line in verdict_lines(verdict):
         c.print(line)
     if recipes:
-        c.print(recipe_table(recipes, device, facts, title="Recipes worth a search, by expected gain per cost (what tune tries first)"))
+        c.print(recipe_table(recipes, device, facts, title="Recipes worth a search, by expected gain per second (what tune tries first)"))
     else:
         c.print("No recipe targets this bottleneck: " + escape(advice))
     for line in left_out:
