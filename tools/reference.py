@@ -76,7 +76,8 @@ def recipes_page() -> str:
                    f"`{Path(r.source).name}` |\n")
     for r in recipes:
         out.append(f"\n## {r.name}\n\n{_cell(r.summary)}.\n\n"
-                   f"- targets: {', '.join(t.value for t in r.targets)}; cost rank {r.cost}; up to {r.trials} trials\n"
+                   f"- targets: {', '.join(t.value for t in r.targets)}; cost rank {r.cost} (breaks ties); up to {r.trials} trials"
+                   + (f", each with about {r.setup_s:.0f} s of set-up" if r.setup_s else "") + "\n"
                    f"- applies on: {', '.join(r.devices)}" + (f"; needs {', '.join(r.requires)}" if r.requires else "")
                    + "\n\n| knob | values searched |\n|---|---|\n")
         out += [f"| `{k.key}` | {_cell(_values(k))} |\n" for k in r.knobs]
