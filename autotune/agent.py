@@ -8,6 +8,7 @@ the same command resumes: nothing finished is measured again. The agent fills on
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -41,6 +42,7 @@ from .search import Constraints, fits, quiet_optuna, trial_record
 from .stats import noise_margin, paired_ratio
 
 MIN_GAIN = DEFAULT.min_gain  # a change must gain at least this, whatever the noise says
+SIZED = "window_steps"  # the ledger's record of the steps per window the baseline sized
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -150,7 +152,6 @@ class Agent:
                 if self.pool is not None:
                     self.pool.keepalive = lease.renew  # a long parallel round keeps the study's lease fresh
                     self.pool.on_wait = lambda what: self.events.phase(what)
-                    self.pool.bind(self.study, self._published())
                 return self._run()
             finally:
                 if self.pool is not None:
@@ -161,7 +162,7 @@ class Agent:
         """What a worker needs to measure this run's trials as this process would."""
         fp = machine.fingerprint(self.runner.device)
         return {"target": self.fingerprint["target"], "device": self.runner.device.type,
-                "protocol": self.fingerprint["protocol"], "timeout_s": getattr(self.runner, "timeout_s", 600.0),
+                "protocol": dataclasses.asdict(self.runner.protocol), "timeout_s": getattr(self.runner, "timeout_s", 600.0),
                 "seed": self.settings.seed, "machine": fp, "machine_id": machine.fingerprint_id(fp)}
 
     def _run(self) -> Report:
@@ -171,7 +172,14 @@ class Agent:
         self.events.phase("baseline")
         base_cfg = self.runner.workload.base_config()  # defaults, with the workload's world size
         self._ledger().set_user_attr("fingerprint", self.fingerprint)
-        base = self._remember("baseline", Summary, lambda: self._baseline(base_cfg))
+        ledger = self._ledger()
+        if SIZED in ledger.user_attrs:  # resumed: the steps this study's windows were sized to
+            self.runner.protocol = dataclasses.replace(self.runner.protocol, steps=ledger.user_attrs[SIZED])
+        base = self._remember("baseline", Summary, lambda: self._sized_baseline(base_cfg))
+        ledger.set_user_attr(SIZED, self.runner.protocol.steps)
+        r.protocol = self.runner.protocol.describe()
+        if self.pool is not None:  # workers measure with the sized protocol
+            self.pool.bind(self.study, self._published())
         state = self._state(base_cfg, base)
         r.baseline, r.initial_diagnosis = base, state.verdict
         r.machine.lowp_matmul = self._lowp()
@@ -299,6 +307,16 @@ class Agent:
             self.events.phase("low-precision matmul probe")
             ledger.set_user_attr("lowp_matmul", self.runner.lowp_matmul())
         return dict(ledger.user_attrs["lowp_matmul"])
+
+    def _sized_baseline(self, config: TrainConfig) -> Summary:
+        """The baseline, measured again with longer windows where its windows were shorter than
+        the protocol's `window_s`; every later measurement uses the same steps."""
+        base = self._baseline(config)
+        sized = self.runner.protocol.sized(base.step_time_s.median)
+        if sized == self.runner.protocol:
+            return base
+        self.runner.protocol = sized
+        return self._baseline(config)
 
     def _baseline(self, config: TrainConfig) -> Summary:
         checkpoint("baseline")

@@ -29,10 +29,14 @@ EXAMPLES = {
 }
 TRAIN_WARMUP = 5  # steps before `autotune train`'s steady-state clock starts
 
-def _protocol(args):
+def _protocol(args, sized: bool = True):
+    """The flags' protocol; `tune` sizes its windows from the baseline unless `--steps` is given."""
+    from dataclasses import replace
+
     from .measure import Protocol
 
-    return Protocol.from_flags(args.seed, args.windows, args.steps, args.warmup)
+    p = Protocol.from_flags(args.seed, args.windows, args.steps, args.warmup)
+    return p if sized else replace(p, window_s=None)
 
 
 def profile(args: argparse.Namespace) -> int:
@@ -55,7 +59,7 @@ def profile(args: argparse.Namespace) -> int:
     trace_path = flags.output_file(args.trace, "--trace", taken) if args.trace else None
     limit = parse_size(args.memory_limit) if args.memory_limit is not None else None
     device = resolve_device(args.device)
-    protocol = _protocol(args)
+    protocol = _protocol(args, sized=False)  # one measurement: its steps as given
     workload = with_world_size(load_workload(args.target), args.world_size)
     recipes = load_recipes()
     with terminal.progress() as prog:
@@ -309,7 +313,8 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument("--memory-limit", help="peak memory allowed, like 512MB or 2GiB")
         c.add_argument("--seed", type=int, default=0, help="model init and data order, 0 to 2**32-1 (default 0)")
         c.add_argument("--windows", type=int, help="measured windows per config (default 5)")
-        c.add_argument("--steps", type=int, help="measured steps per window, at least (default 12)")
+        c.add_argument("--steps", type=int, help="measured steps per window, at least (default 12; tune raises it "
+                       "so that the baseline's windows last 0.5 s, unless given)")
         c.add_argument("--warmup", type=int, help="warm-up steps per window (default 3)")
     cmds["profile"].add_argument("--json", help="write the measurement and diagnosis as JSON to FILE")
     cmds["profile"].add_argument("--trace", help="write a Chrome/Perfetto trace of the profiled steps to FILE")

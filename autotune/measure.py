@@ -9,10 +9,11 @@ and a window of at least `4k` steps: a short window would crown the deepest buff
 
 from __future__ import annotations
 
+import math
 import resource
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -27,6 +28,12 @@ from .record import ProtocolRecord, Signals, StageTime, StepTime, Summary
 from .workload import Workload
 
 
+# A window of half a second or more: a window of a dozen 2-ms steps lasts 24 ms, and a
+# scheduler tick or one slow batch then moves its throughput by several percent.
+WINDOW_S = 0.5
+MAX_STEPS = 2000  # a window of sub-millisecond steps stays under a few seconds
+
+
 @dataclass(frozen=True)
 class Protocol:
     """The same for every measurement in a run.
@@ -37,6 +44,8 @@ class Protocol:
         windows: Measured windows per config.
         seed: Model init and data order.
         profile_steps: Steps under `torch.profiler` for signals and peak memory.
+        window_s: The least seconds a window's measured steps should last: `sized` raises
+            `steps` to it from the baseline's step time; None keeps `steps` as given.
     """
 
     warmup_steps: int = 3
@@ -44,6 +53,14 @@ class Protocol:
     windows: int = 5
     seed: int = 0
     profile_steps: int = 3
+    window_s: float | None = None
+
+    def sized(self, step_s: float | None) -> Protocol:
+        """This protocol with enough measured steps per window to last `window_s` at `step_s`
+        per step (never fewer than `steps`, at most `MAX_STEPS`)."""
+        if self.window_s is None or not step_s or step_s <= 0:
+            return self
+        return replace(self, steps=max(self.steps, min(MAX_STEPS, math.ceil(self.window_s / step_s))))
 
     def plan(self, in_flight: int) -> tuple[int, int]:
         """(warm-up, measured) steps of one window for a loader holding `in_flight` batches."""
@@ -61,7 +78,7 @@ class Protocol:
     def from_flags(cls, seed: int = 0, windows: int | None = None, steps: int | None = None,
                    warmup: int | None = None) -> Protocol:
         """The protocol the command-line flags ask for; `None` keeps the default."""
-        kw: dict[str, int] = {}
+        kw: dict[str, Any] = {}
         for flag, field_name, least in (("windows", "windows", 2), ("steps", "steps", 1), ("warmup", "warmup_steps", 0)):
             value = {"windows": windows, "steps": steps, "warmup": warmup}[flag]
             if value is None:
@@ -70,7 +87,7 @@ class Protocol:
                 why = ", so the spread between windows can be measured" if flag == "windows" else ""
                 raise UserError(f"--{flag} {value} is too small; give at least {least}{why}.")
             kw[field_name] = value
-        return cls(seed=seed, **kw)
+        return cls(seed=seed, window_s=None if steps is not None else WINDOW_S, **kw)
 
 
 @dataclass

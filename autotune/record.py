@@ -183,9 +183,7 @@ class Comparison(Ratio):
         return Ratio(ratio=self.ratio, low=self.low, high=self.high, pairs=self.pairs)
 
 
-# A single reading's band is never wider than this from the run's own spread: a machine
-# noisier than that is said to be so by the A/A (`Noise.too_noisy`).
-BAND_CAP = 1.5
+BAND_CAP = 1.5  # a single reading's widest band from the run's spread (noisier: the A/A says so)
 
 
 class Noise(Ratio):
@@ -311,6 +309,7 @@ class ProtocolRecord(Record):
     windows: int
     seed: int
     profile_steps: int
+    window_s: float | None = Field(None, description="Least seconds per window, steps raised to it (null: --steps fixed).")
     window_rule: str
     throughput: str
 
