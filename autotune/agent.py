@@ -312,7 +312,7 @@ class Agent:
         """The baseline, measured again with longer windows where its windows were shorter than
         the protocol's `window_s`; every later measurement uses the same steps."""
         base = self._baseline(config)
-        sized = self.runner.protocol.sized(base.step_time_s.median)
+        sized = self.runner.protocol.sized(base.step_time_s.mean or base.step_time_s.median)  # a window: steps x mean
         if sized == self.runner.protocol:
             return base
         self.runner.protocol = sized
