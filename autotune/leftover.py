@@ -38,7 +38,8 @@ def leftover(verdict: Verdict, margin: float, config: TrainConfig, summaries: li
     top = next((w for w in verdict.wastes if w.cls is not Bottleneck.COMPUTE and material(w, margin)), None)
     if top is None:
         return None
-    reason = f"no recipe left for the {top.cls.value} bottleneck ({top.reason})"
+    what = "bottleneck" if top.cls is verdict.bottleneck else "waste"  # the model's own work may be larger
+    reason = f"no recipe left for the {top.cls.value} {what} ({top.reason})"
     if top.cls is Bottleneck.INPUT:
         return _input(top, reason, margin, config, [s for s in summaries if s is not None], steps, band, handoff_s,
                       why_not)

@@ -272,5 +272,6 @@ def stop_reason(verdict: Verdict, margin: float, lowp: dict[str, float] | None =
     top = next(w for w in rest if material(w, margin))
     advice = ADVICE.get(top.cls)
     why = f"; {why_not}" if why_not and top.cls is Bottleneck.INPUT else ""
-    return (f"no recipe left for the {top.cls.value} bottleneck ({top.reason}){why}"
+    what = "bottleneck" if top.cls is verdict.bottleneck else "waste"  # the model's own work may be larger
+    return (f"no recipe left for the {top.cls.value} {what} ({top.reason}){why}"
             + (f"; in your code: {advice}" if advice else ""))

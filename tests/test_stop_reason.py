@@ -77,7 +77,7 @@ SCENARIOS = {  # limit: (set up the host, true speed, signals, what the why says
     Limit.MEMORY: (lambda mp: mp.setattr(machine, "available_memory_bytes", lambda: 8 * 10**8), _io, None,
                    "the host allows at most 4 workers (memory: each worker may hold", INPUT_IO),
     Limit.CORES: (lambda mp: None, lambda c: 100.0 * (1 + min(c.data.num_workers, 2)), _cpu_bound,
-                  "the 2 cores are the limit", INPUT_CPU),
+                  "the 2 cores", INPUT_CPU),
 }
 
 
