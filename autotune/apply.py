@@ -9,7 +9,7 @@ loop (`autotune.loop.Trainer`) is built from, so production runs what was measur
     scaler = grad_scaler(config, device)
     for batch in loader:
         for micro in micro_batches(batch, config, B):
-            with autocast(config, device):
+            with autocast(config, device), attention(config):
                 loss = loss_fn(model, micro) / accumulation_steps(config, B)
             (scaler.scale(loss) if scaler else loss).backward()
         ...
@@ -340,6 +340,15 @@ def _rebuild_optimizer(optimizer: torch.optim.Optimizer, impl: str, flags: dict[
         raise ConfigError([f"optimizer.impl {impl}: {cls.__name__} refused it here ({exc}); use default"],
                           source) from None
     return rebuilt
+
+
+def attention(config: TrainConfig):
+    """A fresh context for one forward pass: the config's SDPA kernel (`sdpa_kernel`), or none."""
+    if config.attention.backend == "default":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(getattr(SDPBackend, config.attention.backend))
 
 
 def autocast(config: TrainConfig, device: torch.device | str):

@@ -58,6 +58,12 @@ class LayoutConfig(_Section):
     channels_last: bool = Field(False, description="Model and 4-D inputs in channels_last memory format.")
 
 
+class AttentionConfig(_Section):
+    backend: Literal["default", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"] = Field(
+        "default", description="The scaled_dot_product_attention kernel (a torch.nn.attention.SDPBackend name); "
+        "'default' lets PyTorch pick one per call.")
+
+
 class OptimizerConfig(_Section):
     impl: Literal["default", "foreach", "fused"] = Field("default", description="Optimizer implementation flag.")
 
@@ -109,6 +115,7 @@ class TrainConfig(_Section):
     compile: CompileConfig = Field(default_factory=CompileConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     layout: LayoutConfig = Field(default_factory=LayoutConfig)
+    attention: AttentionConfig = Field(default_factory=AttentionConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     backend: BackendConfig = Field(default_factory=BackendConfig)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .apply import tf32_code
+from .codeline import code_line
 from .config import TrainConfig, from_flat, to_yaml
 from .errors import UserError
 from .record import Report
@@ -98,50 +98,6 @@ def _header(report: Report, target: str, prefix: str = "#") -> list[str]:
     return lines
 
 
-# --- the plain PyTorch line for each key -------------------------------------------------
-
-_DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}
-
-
-def code_line(key: str, value: Any, device: str = "cuda", accumulation: int | None = None) -> str:
-    """The PyTorch code that applies one tuned key, for targets that have no setting for it."""
-    if key.startswith("data.") and key != "data.non_blocking":
-        return f"DataLoader(..., {key.split('.', 1)[1]}={value!r})"
-    if key == "data.non_blocking":
-        return "batch = batch.to(device, non_blocking=True)" if value else "batch = batch.to(device)"
-    if key == "precision.amp":
-        if value == "none":
-            return "no autocast (full precision)"
-        line = f"with torch.autocast({device!r}, dtype={_DTYPE[value]}): loss = ..."
-        return line + ("; scaler = torch.amp.GradScaler()" if value == "fp16" else "")
-    if key == "precision.tf32":
-        return tf32_code(value)
-    if key == "compile.mode":
-        if value == "none":
-            return "no torch.compile"
-        return "model = torch.compile(model)" if value == "default" else f"model = torch.compile(model, mode={value!r})"
-    if key == "memory.micro_batch_size":
-        steps = f"{accumulation}" if accumulation else "global_batch // micro_batch"
-        return (f"micro-batches of {value}: DataLoader(..., batch_size={value}), (loss / {steps}).backward() on each, "
-                f"optimizer.step() every {steps} micro-batches")
-    if key == "memory.activation_checkpointing":
-        return ("x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) for each block "
-                "(Hugging Face models: model.gradient_checkpointing_enable())")
-    if key == "layout.channels_last":
-        return "model = model.to(memory_format=torch.channels_last); x = x.to(memory_format=torch.channels_last)"
-    if key == "optimizer.impl":
-        return f"torch.optim.AdamW(model.parameters(), ..., {value}=True)" if value != "default" else "default optimizer"
-    if key == "backend.cudnn_benchmark":
-        return f"torch.backends.cudnn.benchmark = {value}"
-    if key == "backend.num_threads":
-        return f"torch.set_num_threads({value})  (or OMP_NUM_THREADS={value} in the environment)"
-    if key.startswith("distributed."):
-        name = key.split(".", 1)[1]
-        return f"torchrun --nproc_per_node={value} train.py" if name == "world_size" else \
-            f"model = DistributedDataParallel(model, ..., {name}={value!r})"
-    return f"{key} = {value!r}"
-
-
 # --- Hugging Face TrainingArguments ------------------------------------------------------
 
 def _hf(report: Report, batch_size: int | None) -> tuple[dict[str, Any], dict[str, str], list[str]]:
@@ -187,8 +143,9 @@ def _hf(report: Report, batch_size: int | None) -> tuple[dict[str, Any], dict[st
         put("accelerator_config", {"non_blocking": True}, _note("data.non_blocking", found))
     if "distributed.bucket_cap_mb" in changed:
         put("ddp_bucket_cap_mb", max(1, round(config.distributed.bucket_cap_mb)), _note("distributed.bucket_cap_mb", found))
-    for key in ("optimizer.impl", "layout.channels_last", "backend.cudnn_benchmark", "backend.num_threads",
-                "distributed.world_size", "distributed.gradient_as_bucket_view", "distributed.static_graph"):
+    for key in ("optimizer.impl", "layout.channels_last", "attention.backend", "backend.cudnn_benchmark",
+                "backend.num_threads", "distributed.world_size", "distributed.gradient_as_bucket_view",
+                "distributed.static_graph"):
         if key not in changed or (key == "optimizer.impl" and config.optimizer.impl == "fused"):
             continue
         value = changed[key]
@@ -255,8 +212,8 @@ def _lightning(report: Report, batch_size: int | None):
     if ddp:
         code.append(f"trainer_kwargs['strategy'] = lightning.pytorch.strategies.DDPStrategy("
                     f"{', '.join(f'{k}={v!r}' for k, v in ddp.items())})  # {_note('distributed.bucket_cap_mb', found)}")
-    for key in ("precision.tf32", "layout.channels_last", "optimizer.impl", "backend.cudnn_benchmark",
-                "backend.num_threads", "data.non_blocking"):
+    for key in ("precision.tf32", "layout.channels_last", "attention.backend", "optimizer.impl",
+                "backend.cudnn_benchmark", "backend.num_threads", "data.non_blocking"):
         if key not in changed:
             continue
         line = code_line(key, changed[key], report.device)

@@ -214,7 +214,7 @@ class Trainer:
 
     def _micro_step(self, part: Any, clock) -> torch.Tensor:
         """Forward and backward of one micro-batch; the (scaled-down) loss, detached."""
-        with self._autocast, self._range("forward"):
+        with self._autocast, apply.attention(self.config), self._range("forward"):
             loss = call_user("the workload's loss", self.workload.loss, self.step_model, part)
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
             shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__

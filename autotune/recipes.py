@@ -26,9 +26,10 @@ from .record import Bottleneck
 # The shipped recipe files: `recipes/` at the repository's top level, installed inside the
 # wheel as the data package `autotune.recipe_files` (see pyproject.toml's package-dir).
 SHIPPED_PACKAGE = "autotune.recipe_files"
-FACTS = ("conv", "checkpoint_blocks", "distributed")
+FACTS = ("conv", "checkpoint_blocks", "distributed", "sdpa")
 _NEEDS = {"conv": "a convolutional model", "checkpoint_blocks": "Workload.checkpoint_blocks",
-          "distributed": "a distributed workload (Workload.world_size > 1)"}
+          "distributed": "a distributed workload (Workload.world_size > 1)",
+          "sdpa": "a model that calls scaled_dot_product_attention"}
 WORKERS = "data.num_workers"
 MAX_TRIALS = 10_000  # a recipe's own trial count; --trials bounds the run as a whole
 

@@ -152,15 +152,40 @@ def has_conv(model: torch.nn.Module) -> bool:
     return any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in model.modules())
 
 
+def calls_sdpa(workload: Workload, model: torch.nn.Module, dataset: Any) -> bool:
+    """Whether the loss of a two-sample batch calls `torch.nn.functional.scaled_dot_product_attention`
+    (what the attention recipe acts on); False where that probe cannot run (the run says why)."""
+    from torch.utils.data import default_collate
+
+    functional, seen = torch.nn.functional, []
+    original = functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append(True)
+        return original(*args, **kwargs)
+
+    functional.scaled_dot_product_attention = spy  # looked up at call time, by nn.MultiheadAttention too
+    try:
+        batch = (workload.collate_fn or default_collate)([dataset[i] for i in range(min(2, len(dataset)))])
+        with torch.no_grad():
+            workload.loss(model, batch)
+    except Exception:  # noqa: BLE001 - a probe: the measured run reports the workload's own errors
+        return False
+    finally:
+        functional.scaled_dot_product_attention = original
+    return bool(seen)
+
+
 def facts(workload: Workload) -> dict[str, bool]:
     """What recipes may require, found by looking at a freshly built model and dataset."""
     from .shards import repeats_in_workers
 
     torch.manual_seed(0)
     model = call_user("the workload's model factory", workload.model)
+    dataset = workload.make_dataset()
     return {"conv": has_conv(model), "checkpoint_blocks": bool(workload.checkpoint_blocks),
-            "distributed": workload.world_size > 1,
-            "repeats_in_workers": repeats_in_workers(workload.make_dataset(), workload.rank_batch, workload.collate_fn)}
+            "distributed": workload.world_size > 1, "sdpa": calls_sdpa(workload, model, dataset),
+            "repeats_in_workers": repeats_in_workers(dataset, workload.rank_batch, workload.collate_fn)}
 
 
 def load_module_from_file(path: Path, target: str):

@@ -23,6 +23,7 @@ DESIGN_KEYS = {
     "memory.micro_batch_size": None,
     "memory.activation_checkpointing": False,
     "layout.channels_last": False,
+    "attention.backend": "default",  # beyond the design's keys: the attention recipe's
     "optimizer.impl": "default",
     "backend.cudnn_benchmark": None,
     "backend.num_threads": None,
@@ -44,6 +45,7 @@ NON_DEFAULT = {
     "memory.micro_batch_size": 16,
     "memory.activation_checkpointing": True,
     "layout.channels_last": True,
+    "attention.backend": "MATH",
     "optimizer.impl": "fused",
     "backend.cudnn_benchmark": True,
     "backend.num_threads": 1,
@@ -101,7 +103,8 @@ def test_yaml_is_grouped_by_section_with_comments(tmp_path):
     cfg = from_flat({"data.num_workers": 2})
     text = to_yaml(cfg, comments={"data.num_workers": "measured 1.8x"})
     parsed = yaml.safe_load(text)
-    assert set(parsed) == {"data", "precision", "compile", "memory", "layout", "optimizer", "backend", "distributed"}
+    assert set(parsed) == {"data", "precision", "compile", "memory", "layout", "attention", "optimizer", "backend",
+                           "distributed"}
     assert parsed["data"]["num_workers"] == 2
     assert "# measured 1.8x" in text
     path = tmp_path / "out" / "tuned.yaml"
@@ -242,8 +245,8 @@ def test_assignment_is_validated():
 def test_json_schema_describes_every_section_and_key():
     schema = json_schema()
     json.dumps(schema)  # serialisable
-    assert set(schema["properties"]) == {"data", "precision", "compile", "memory", "layout", "optimizer", "backend",
-                                        "distributed"}
+    assert set(schema["properties"]) == {"data", "precision", "compile", "memory", "layout", "attention", "optimizer",
+                                         "backend", "distributed"}
     defs = schema["$defs"]
     by_section = {
         "DataConfig": {"num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "non_blocking"},

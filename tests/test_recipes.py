@@ -20,8 +20,8 @@ def test_the_ladder_is_in_design_order():
     names = [r.name for r in SHIPPED]
     # ddp (DDP workloads only) changes no number computed, only how gradients are sent:
     # cheap, beside the transfer settings; the design's ladder keeps its order around it.
-    assert names == ["dataloader", "threads", "transfer", "ddp", "optimizer-impl", "tf32-cudnn", "amp", "channels-last", "compile",
-                     "micro-batch", "activation-checkpointing"]
+    assert names == ["dataloader", "threads", "transfer", "ddp", "optimizer-impl", "attention", "tf32-cudnn", "amp",
+                     "channels-last", "compile", "micro-batch", "activation-checkpointing"]
 
 
 @pytest.mark.parametrize("recipe", SHIPPED, ids=lambda r: r.name)
