@@ -171,8 +171,8 @@ class Agent:
         r = self.report
         self.events.phase("baseline")
         base_cfg = self.runner.workload.base_config()  # defaults, with the workload's world size
-        self._ledger().set_user_attr("fingerprint", self.fingerprint)
         ledger = self._ledger()
+        ledger.set_user_attr("fingerprint", self.fingerprint)
         if SIZED in ledger.user_attrs:  # resumed: the steps this study's windows were sized to
             self.runner.protocol = dataclasses.replace(self.runner.protocol, steps=ledger.user_attrs[SIZED])
         base = self._remember("baseline", Summary, lambda: self._sized_baseline(base_cfg))
